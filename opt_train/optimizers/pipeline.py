@@ -291,16 +291,26 @@ class TrainOp(tf.Module):
         For stretches nobody reports on: one call instead of one per micro-batch
         saves the per-call cost that dominates small models (Keras's
         `steps_per_execution`). The updates are the same, in the same order.
+        Under XLA the loop and the iterator stay in the TensorFlow graph (XLA
+        cannot hold an iterator) and each step is one XLA-compiled call.
         """
+        if not isinstance(iterator, tf.data.Iterator):
+            # A Python iterator would be read once, while tracing: every step would see one batch.
+            raise ValueError(
+                "`iterator` must be a tf.data iterator (`iter(dataset)`). "
+                f"Received: iterator of type {type(iterator).__name__}"
+            )
         self.build()
         if "run" not in self._compiled:
             self._compiled["run"] = tf.function(self._run_many)
         return self._compiled["run"](iterator, tf.constant(micro_batches, tf.int32))
 
     def _run_many(self, iterator, count):
+        # A nested tf.function is inlined, unless it is XLA-compiled: then it is one cluster.
+        step = self._compiled_step(False, False)
         total = tf.constant(0.0, tf.float32)
         for _ in tf.range(count):
-            total += self._step(next(iterator), False, False)["loss"]
+            total += step(next(iterator))["loss"]
         return total / tf.cast(count, tf.float32)
 
     def __call__(self, batch, summarize=False, statistics=True):

@@ -31,7 +31,7 @@ def train(config, *, resume=True, benchmark=False, backend=None):
         resume = False
     backend = backend or get_backend(config.use_horovod)
     run = build_run(config, backend)
-    session = _Session(run, benchmark=benchmark)
+    session = Session(run, benchmark=benchmark)
     try:
         session.start(resume)
         session.loop()
@@ -40,10 +40,14 @@ def train(config, *, resume=True, benchmark=False, backend=None):
         session.close()
 
 
-class _Session:
-    """One run's mutable state: iterator, step counter, outputs."""
+class Session:
+    """One run's mutable state (iterator, step counter, outputs) and the phases that drive it.
 
-    def __init__(self, run, benchmark):
+    `train()` calls `start`, `loop`, `finish`, `close`. The benchmark harness drives
+    the same object in pieces (`loop(until=...)`), so what it times is this loop.
+    """
+
+    def __init__(self, run, benchmark=False, stream=None):
         from opt_train.training.checkpoints import Checkpoints
         from opt_train.training.evaluation import Evaluator
         from opt_train.training.progress import Progress
@@ -68,12 +72,16 @@ class _Session:
             writer=self.chief,
         )
         self.reporter = Reporter(config.logdir, enabled=self.chief)
-        self.progress = Progress(run.max_steps, enabled=self.chief)
+        self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if self.chief else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.step = 0
         self.eval_results = {}
         self.last_figures = {}
+        # The print_loss_steps interval so far: (mean loss, micro-batches) pairs, its start.
+        self._interval_losses = []
+        self._interval_start = None
+        self._interval_first = 0
 
     # -- phases ------------------------------------------------------------
     def start(self, resume):
@@ -98,20 +106,23 @@ class _Session:
             f"{self.run.max_steps} updates, global batch {self.run.global_batch}"
         )
 
-    def loop(self):
+    def loop(self, until=None):
+        """Runs updates up to step `until` (default and at most `max_steps`); may be called again."""
         config = self.config
-        interval_losses, interval_start, interval_first = [], time.perf_counter(), self.step
-        while self.step < self.run.max_steps:
+        end = min(until or self.run.max_steps, self.run.max_steps)
+        if self._interval_start is None:
+            self._interval_start, self._interval_first = time.perf_counter(), self.step
+        while self.step < end:
             # Updates up to the next step where something happens run in one compiled
             # call; that step itself runs alone when it needs statistics or summaries.
-            target = self._next_event_step()
+            target = self._next_event_step(end)
             summarize, reporting = self._wants_summaries(target), self._reports(target)
             alone = summarize or reporting
             quiet = target - self.step - (1 if alone else 0)
             if quiet:
                 micro_batches = quiet * config.iter_size
-                interval_losses.append((self.run.train_op.run(self.iterator, micro_batches), micro_batches))
-            result = self._update(summarize, reporting, interval_losses) if alone else None
+                self._interval_losses.append((self.run.train_op.run(self.iterator, micro_batches), micro_batches))
+            result = self._update(summarize, reporting) if alone else None
             self.step = target
             if self.benchmark:
                 self.benchmark.tick(self.step)
@@ -120,16 +131,14 @@ class _Session:
             if summarize:
                 self.reporter.summaries(self.step, _without_flags(result))
             if reporting:
-                elapsed = time.perf_counter() - interval_start
-                self._report(result, interval_losses, self.step - interval_first, elapsed)
-                interval_losses, interval_start, interval_first = [], time.perf_counter(), self.step
+                self._report(result)
             paused = time.perf_counter()
             if config.eval_steps and self.step % config.eval_steps == 0:
                 self._evaluate()
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
                 self.checkpoints.save(self.step)
             # samples/s measures training: evaluation and saving time is left out.
-            interval_start += time.perf_counter() - paused
+            self._interval_start += time.perf_counter() - paused
 
     def _wants_summaries(self, step):
         every = self.config.save_summaries_steps
@@ -138,21 +147,18 @@ class _Session:
     def _reports(self, step):
         return step % self.config.print_loss_steps == 0 or step == self.run.max_steps
 
-    def _next_event_step(self):
+    def _next_event_step(self, end):
         """The first step after this one at which the loop must look.
 
         That is a report, summaries, evaluation, a checkpoint, a stop check, the end
-        of a benchmark's warm-up, or the end. Under XLA it is always the next step:
-        the compiled step cannot hold the input iterator.
+        of a benchmark's warm-up, or `end`.
         """
         config = self.config
-        if config.jit_compile:
-            return self.step + 1
         intervals = [
             STOP_CHECK_EVERY, config.print_loss_steps, config.save_summaries_steps,
             config.eval_steps, config.save_checkpoint_steps,
         ]
-        candidates = [self.run.max_steps]
+        candidates = [end]
         candidates += [(self.step // every + 1) * every for every in intervals if every]
         if self.benchmark and self.step < self.benchmark.warmup:
             candidates.append(self.benchmark.warmup)  # timing starts exactly there
@@ -186,7 +192,7 @@ class _Session:
         self.reporter.close()
 
     # -- pieces ------------------------------------------------------------
-    def _update(self, summarize, reporting, interval_losses):
+    def _update(self, summarize, reporting):
         """Runs the iter_size micro-batches of one update; returns the last result.
 
         Only the micro-batch that ends a reported update asks for the statistics.
@@ -197,7 +203,7 @@ class _Session:
             result = self.run.train_op(
                 next(self.iterator), summarize=summarize and last, statistics=reporting and last
             )
-            interval_losses.append((result["loss"], 1))
+            self._interval_losses.append((result["loss"], 1))
         return result
 
     def _stop_if_asked(self):
@@ -207,11 +213,14 @@ class _Session:
                 self.reporter.record({"step": self.step, "stopped": reason})
             raise TrainingFailed(f"stopped at step {self.step}: {reason}")
 
-    def _report(self, result, losses, updates, elapsed):
+    def _report(self, result):
+        losses, updates = self._interval_losses, self.step - self._interval_first
+        elapsed = time.perf_counter() - self._interval_start
         figures = _scalars(result)
         # (mean loss, micro-batches) pairs: single micro-batches and compiled stretches.
         figures["loss"] = sum(float(loss) * count for loss, count in losses) / sum(c for _, c in losses)
         figures["samples_per_sec"] = updates * self.run.global_batch / max(elapsed, 1e-9)
+        self._interval_losses, self._interval_start, self._interval_first = [], time.perf_counter(), self.step
         self.last_figures = figures
         self.progress.update(self.step, figures)
         self.reporter.record({"step": self.step, **figures})

@@ -305,3 +305,31 @@ def test_run_of_many_micro_batches_equals_one_call_each():
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
     assert int(looped.global_step.numpy()) == int(stepped.global_step.numpy()) == 4
     assert np.isfinite(float(mean_loss))
+    with pytest.raises(ValueError, match="must be a tf.data iterator"):
+        looped.run(iter(data), 2)
+
+
+@pytest.mark.parametrize("driven_by", ["call", "run"])
+def test_xla_compiled_pipeline_equals_the_reference_loop(driven_by):
+    """`jit_compile=True`, one call per micro-batch or one `run` over all of them, against the Keras loop.
+
+    Backoff's power-of-two scale is exact in float32, so it must not move the result either.
+    """
+    cls, params, sparse = OPTIMIZERS["adam"]
+    init, data = make_problem()
+    expected = reference_run(cls, params, init, data, sparse)
+
+    variables = make_variables(init)
+    train_op = optimize_loss(make_loss(variables, sparse), cls, params, schedule(), var_list=variables,
+                             iter_size=K, loss_scaling="Backoff", jit_compile=True)
+    micro_batches = batches(data, MICRO)
+    if driven_by == "call":
+        for batch in micro_batches:
+            train_op(batch, statistics=False)
+    else:
+        stacked = tuple(tf.stack(part) for part in zip(*micro_batches))
+        train_op.run(iter(tf.data.Dataset.from_tensor_slices(stacked)), len(micro_batches))
+    assert int(train_op.global_step.numpy()) == UPDATES
+    assert int(train_op.optimizer.iterations.numpy()) == UPDATES
+    for got, want in zip(variables, expected):
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-5, rtol=0)
