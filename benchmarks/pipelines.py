@@ -7,11 +7,12 @@ untimed updates, then times `steps` updates and returns the wall time of those.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import itertools
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 
@@ -47,12 +48,18 @@ def _timed(run_updates, warmup, steps):
     return time.perf_counter() - start
 
 
-class OptTrainPipeline:
-    """(a) What `opt-train train` runs per update: `train_op` micro-batches plus the loop's host work.
+# max_steps for the harness's runs: they are stopped by the harness, never by the loop.
+_UNBOUNDED_STEPS = 10**9
 
-    The host work mirrors `opt_train.training.loop`: summaries written through the
-    loop's `Reporter` every `save_summaries_steps`, the stop flag read every
-    `STOP_CHECK_EVERY` updates, the interval's losses read every `print_loss_steps`.
+
+class OptTrainPipeline:
+    """(a) What `opt-train train` runs: the training loop's own `Session`, driven a stretch at a time.
+
+    Everything the loop does per update is in the timed window: compiled stretches
+    of quiet updates, the reported and summarized updates run alone, summaries
+    written through its `Reporter`, progress lines, the stop flag read every
+    `STOP_CHECK_EVERY` updates. Only the input differs when `source` is pre-fetched:
+    the same batches as the other pipelines, as a `tf.data` stream.
     """
 
     name = "opt_train"
@@ -60,70 +67,25 @@ class OptTrainPipeline:
     def __init__(self, config, source):
         from opt_train.distributed import get_backend
         from opt_train.training.builder import build_run
-        from opt_train.training.reporting import Reporter
+        from opt_train.training.loop import Session
 
-        self.config = config
-        self.run = build_run(config, get_backend(False))
-        self.reporter = Reporter(config.logdir)
-        self.batches = source.iterator()
-        self.update_count = 0
+        config = dataclasses.replace(config, max_steps=_UNBOUNDED_STEPS)
+        run = build_run(config, get_backend(False))
+        run.data = run.data._replace(train=source.as_dataset())
+        self.session = Session(run, stream=io.StringIO())
+        self.session.start(resume=False)
         self.samples_per_update = config.batch_size_per_gpu * config.iter_size
-        self._prime()
-
-    def _prime(self):
-        """Traces both step variants and opens the summary writer, so no timed step pays for it.
-
-        (The loop pays these once, at its first update and its first summary step.)
-        """
-        batch = next(self.batches)
-        for summarize in (False, True):
-            for index in range(self.config.iter_size):
-                last = index == self.config.iter_size - 1
-                result = self.run.train_op(batch, summarize=summarize and last)
-        self.reporter.summaries(0, _scalars(result))
-
-    def _one_update(self):
-        from opt_train.training.loop import STOP_CHECK_EVERY
-
-        config, train_op = self.config, self.run.train_op
-        self.update_count += 1
-        every = config.save_summaries_steps
-        summarize = bool(every) and self.update_count % every == 0
-        for index in range(config.iter_size):
-            last = index == config.iter_size - 1
-            result = train_op(next(self.batches), summarize=summarize and last)
-            self.losses.append(result["loss"])
-        if summarize:
-            self.reporter.summaries(self.update_count, _without_flags(result))
-        if self.update_count % STOP_CHECK_EVERY == 0:
-            train_op.stop_reason  # noqa: B018 -- the loop's host sync, measured as the loop pays it
-        if self.update_count % config.print_loss_steps == 0:
-            float(np.mean([float(loss) for loss in self.losses]))
-            self.losses = []
-        return result
+        # Every compiled variant (stretch, reported step, summary step) is traced before any timing.
+        self._updates(max(filter(None, (config.print_loss_steps, config.save_summaries_steps, 1))))
 
     def _updates(self, count):
-        self.losses = []
-        result = None
-        for _ in range(count):
-            result = self._one_update()
-        if result is not None:
-            float(result["loss"])
+        self.session.loop(until=self.session.step + count)
 
     def measure(self, warmup, steps):
         return _timed(self._updates, warmup, steps)
 
     def close(self):
-        self.reporter.close()
-
-
-def _without_flags(result):
-    """What the loop writes as summaries: every entry but the update / applied flags."""
-    return {name: value for name, value in result.items() if name not in ("update", "applied")}
-
-
-def _scalars(result):
-    return {name: value for name, value in _without_flags(result).items() if value.shape.rank == 0}
+        self.session.close()
 
 
 def _optimizer(config):

@@ -33,12 +33,13 @@ class Scenario:
     repeats: int  # interleaved measurements per pipeline; the median is reported
 
 
-def _mlp_on_synthetic(name, *, features, hidden, classes, batch, steps, warmup, repeats, examples):
+def _mlp_on_synthetic(name, *, features, hidden, classes, batch, steps, warmup, repeats, examples, extra=()):
     overrides = (
         "data=synthetic_classification",
         f"data_params={{num_features: {features}, num_classes: {classes}, num_examples: {examples}}}",
         f"model_params.hidden_units=[{', '.join(str(units) for units in hidden)}]",
         f"batch_size_per_gpu={batch}",
+        *extra,
     )
     return Scenario(name, overrides, (features, *hidden, classes), batch, steps, warmup, repeats)
 
@@ -62,15 +63,17 @@ def scenarios(quick=False):
         # Steps of well under a millisecond: many short repeats, so a burst of load
         # from another process moves the median little.
         "default": Scenario("default", (), (64, 128, 10), 64, 400, 20, 7),
-        # The XLA example: 784-1024-1024-10, batch 256, Adam.
+        # The XLA example: 784-1024-1024-10, batch 256, Adam. A window of 100
+        # updates holds one reported and one summarized update, as every 100 in a run.
         "large_mlp": _mlp_on_synthetic(
-            "large_mlp", features=784, hidden=(1024, 1024), classes=10, batch=256, steps=40, warmup=5, repeats=5,
-            examples=2048,
+            "large_mlp", features=784, hidden=(1024, 1024), classes=10, batch=256, steps=100, warmup=5,
+            repeats=5, examples=2048,
         ),
-        # Wide layers and a large batch, so matmuls dominate the step.
+        # Wide layers and a large batch, so matmuls dominate the step. Steps of ~0.1 s:
+        # reported and summarized every 10, so a 10-update window holds one of each.
         "matmul_mlp": _mlp_on_synthetic(
-            "matmul_mlp", features=1024, hidden=(2048, 2048), classes=16, batch=1024, steps=6, warmup=2, repeats=5,
-            examples=4096,
+            "matmul_mlp", features=1024, hidden=(2048, 2048), classes=16, batch=1024, steps=10, warmup=2,
+            repeats=5, examples=4096, extra=("print_loss_steps=10", "save_summaries_steps=10"),
         ),
     }
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from opt_train.optimizers import names
+from opt_train.optimizers.finite import l2_norm
 from opt_train.optimizers.transform import GradientTransform
 
 
@@ -80,7 +81,7 @@ def larc(larc_eta, larc_mode="clip", min_update=1e-7, epsilon=1e-7):
                 continue
             dense = tf.cast(tf.convert_to_tensor(g), tf.float32)
             ratio = trust_ratio(
-                tf.norm(tf.cast(v, tf.float32)), tf.norm(dense), eta=eta, mode=mode,
+                l2_norm(v), l2_norm(dense), eta=eta, mode=mode,
                 min_update=min_update, epsilon=epsilon, learning_rate=lr,
             )
             out[i] = dense * ratio

@@ -24,7 +24,7 @@ from opt_train.optimizers import names, registry
 from opt_train.optimizers.accumulation import accumulate
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.clipping import clip_by_global_norm
-from opt_train.optimizers.finite import finite_check
+from opt_train.optimizers.finite import finite_check, l2_norm
 from opt_train.optimizers.freezing import split_frozen, variable_path
 from opt_train.optimizers.larc import larc
 from opt_train.optimizers.loss_scaling import StaticLossScale, get_loss_scaler, unscale
@@ -264,11 +264,11 @@ class TrainOp(tf.Module):
             if g is not None and "gradients" in wanted:
                 entries[f"gradients/{name}"] = tf.convert_to_tensor(g)
             if g is not None and "gradient_norm" in wanted:
-                entries[f"gradient_norm/{name}"] = tf.norm(tf.convert_to_tensor(g))
+                entries[f"gradient_norm/{name}"] = l2_norm(tf.convert_to_tensor(g))
             if "variables" in wanted:
                 entries[f"variables/{name}"] = tf.convert_to_tensor(v)
             if "variable_norm" in wanted:
-                entries[f"variable_norm/{name}"] = tf.norm(tf.cast(v, tf.float32))
+                entries[f"variable_norm/{name}"] = l2_norm(v)
             if self._has_larc and "larc_summaries" in wanted:
                 ratio = post_state.ratio[i]
                 entries[f"larc/grad_update/{name}"] = ratio
