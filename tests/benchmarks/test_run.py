@@ -54,6 +54,16 @@ def test_quick_run_writes_every_section(tmp_path):
     }
     for section in baselines.values():
         _pipeline_fields(section["pipelines"])
+    large = baselines["large_mlp"]
+    assert set(large["flops"]["fraction_of_matmul"]) == set(large["pipelines"])
+    # The ceiling is the bare matmul's FLOP/s over fit's: (c)'s time if it ran at the matmul's rate.
+    assert large["ceiling"]["opt_train/keras_fit"] == pytest.approx(
+        large["flops"]["matmul"]["median_flops_per_sec"] / large["flops"]["achieved_flops_per_sec"]["keras_fit"],
+        rel=1e-3,
+    )
+    ceiling_rows = [row for row in results["targets"] if "ceiling" in row]
+    assert [row["figure"] for row in ceiling_rows] == ["large_mlp.opt_train/keras_fit"]
+    assert ceiling_rows[0]["reachable"] == (ceiling_rows[0]["ceiling"] >= 1.5)
 
     features = results["features"]
     assert set(features["default"]["ratio_vs_plain"]) == set(run.setups.FEATURES) - {"plain"}
