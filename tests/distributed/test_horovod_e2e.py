@@ -154,3 +154,22 @@ def test_cli_launch_writes_on_rank_0_only(tmp_path):
     assert steps == [5, 10, 15, 20]  # one writer: no line twice
     assert "global batch 64" in job.stdout + job.stderr
     assert "[1]<stdout>:" not in job.stdout  # progress comes from rank 0 alone
+
+
+def test_benchmark_sums_samples_per_second_over_ranks(tmp_path):
+    """`--benchmark` under 2 ranks: samples/s is both ranks' together, about twice one rank's batch rate.
+
+    The ranks move in lockstep (every update waits for the all-reduce), so each times
+    nearly the same step; a figure from rank 0 alone would give a ratio near 1.
+    """
+    logdir = tmp_path / "run"
+    job = horovodrun(
+        "opt-train", "train", "--config", str(CONFIGS / "horovod.yaml"), "--benchmark",
+        "--set", "max_steps=60", "--set", f"logdir={logdir}",
+    )
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-5000:]
+    final = read_json(logdir / "final_metrics.json")
+    one_rank = 32 / final["benchmark/time_per_step"]  # batch_size_per_gpu in configs/horovod.yaml
+    assert final["benchmark/updates_timed"] == 60 - 10
+    assert final["benchmark/samples_per_sec"] / one_rank == pytest.approx(2.0, rel=0.25)
+    assert "benchmark:" in job.stdout
