@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train.atomic import write_json
+from opt_train.training.histograms import write_histogram
 
 
 class Reporter:
@@ -67,7 +68,7 @@ def _write_summaries(step, tensors):
         if value.shape.num_elements() == 1:
             tf.summary.scalar(name, tf.reshape(value, []), step=step)
         else:
-            tf.summary.histogram(name, value, step=step)
+            write_histogram(name, value, step)
 
 
 def _plain(value):
