@@ -10,9 +10,16 @@ import statistics
 
 
 def interleave(measures, repeats):
-    """Runs each `measure() -> seconds` once per repeat, rotating the order; returns name -> [seconds, ...]."""
+    """Runs each `measure() -> seconds` once per repeat, rotating the order; returns name -> [seconds, ...].
+
+    One untimed round runs first: a first measurement right after building is
+    slower (one-time allocations, caches), and it would be counted for the
+    pipelines measured first.
+    """
     seconds = {name: [] for name in measures}
     names = list(measures)
+    for name in names:
+        measures[name]()
     for repeat in range(repeats):
         # Each repeat starts one pipeline later (A B C, B C A, ...): no pipeline always
         # runs right after the same neighbour or first after a pause.

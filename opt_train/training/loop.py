@@ -124,8 +124,6 @@ class Session:
                 self._interval_losses.append((self.run.train_op.run(self.iterator, micro_batches), micro_batches))
             result = self._update(summarize, reporting) if alone else None
             self.step = target
-            if self.benchmark:
-                self.benchmark.tick(self.step)
             if self.step % STOP_CHECK_EVERY == 0 or self.step == self.run.max_steps:
                 self._stop_if_asked()
             if summarize:
@@ -139,12 +137,18 @@ class Session:
                 self.checkpoints.save(self.step)
             # samples/s measures training: evaluation and saving time is left out.
             self._interval_start += time.perf_counter() - paused
+            if self.benchmark:
+                # After the step's host work, so the warm-up's first report is not timed.
+                self.benchmark.tick(self.step)
 
     def _wants_summaries(self, step):
         every = self.config.save_summaries_steps
         return bool(every) and step % every == 0
 
     def _reports(self, step):
+        if self.benchmark and step == self.benchmark.warmup:
+            # The warm-up ends on a reported update, so the timed updates trace and compile nothing.
+            return True
         return step % self.config.print_loss_steps == 0 or step == self.run.max_steps
 
     def _next_event_step(self, end):
@@ -220,11 +224,11 @@ class Session:
         # (mean loss, micro-batches) pairs: single micro-batches and compiled stretches.
         figures["loss"] = sum(float(loss) * count for loss, count in losses) / sum(c for _, c in losses)
         figures["samples_per_sec"] = updates * self.run.global_batch / max(elapsed, 1e-9)
-        self._interval_losses, self._interval_start, self._interval_first = [], time.perf_counter(), self.step
         self.last_figures = figures
         self.progress.update(self.step, figures)
         self.reporter.record({"step": self.step, **figures})
         self.reporter.summaries(self.step, {"loss": figures["loss"], "samples_per_sec": figures["samples_per_sec"]})
+        self._interval_losses, self._interval_start, self._interval_first = [], time.perf_counter(), self.step
 
     def _evaluate(self):
         if self.evaluator is None:

@@ -333,3 +333,41 @@ def test_xla_compiled_pipeline_equals_the_reference_loop(driven_by):
     assert int(train_op.optimizer.iterations.numpy()) == UPDATES
     for got, want in zip(variables, expected):
         np.testing.assert_allclose(got.numpy(), want, atol=1e-5, rtol=0)
+
+
+STAGES = {
+    "backoff": {"loss_scaling": "Backoff", "loss_scaling_params": {"step_window": 3}},
+    "logmax": {"loss_scaling": "LogMax"},
+    "iter_size": {"iter_size": 2},
+    "clipping": {"clip_gradients": 0.05},
+    "larc": {"larc_params": {"larc_eta": 0.002}},
+}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_every_stage_gives_the_same_updates_under_xla(stage):
+    """Each pipeline stage XLA-compiled against the same pipeline run by TensorFlow's executor.
+
+    One micro-batch has a NaN loss, so the skip path runs compiled too.
+    """
+    init, data = make_problem()
+    outcomes = []
+    for jit_compile in (False, True):
+        variables = make_variables(init)
+        base_loss = make_loss(variables, sparse=False)
+        poisoned = tf.Variable(False)
+
+        def loss(batch, base_loss=base_loss, poisoned=poisoned):
+            return tf.where(poisoned, float("nan"), base_loss(batch))
+
+        train_op = optimize_loss(loss, keras.optimizers.Adam, {}, schedule(), var_list=variables,
+                                 jit_compile=jit_compile, **STAGES[stage])
+        for index, batch in enumerate(batches(data, MICRO)[:24]):
+            poisoned.assign(index == 9)
+            result = train_op(batch)
+        outcomes.append((snapshot(train_op, variables), int(result["skipped_steps"]), float(result["loss_scale"])))
+    (plain, plain_skipped, plain_scale), (compiled, compiled_skipped, compiled_scale) = outcomes
+    assert compiled_skipped == plain_skipped == 1
+    assert compiled_scale == plain_scale
+    for got, want in zip(compiled, plain):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
