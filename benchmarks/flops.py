@@ -26,29 +26,63 @@ def mlp_step_flops(layer_sizes, batch_size, exact=False):
 
 
 class MatmulProbe:
-    """Times `tf.matmul` of two `size` x `size` float32 matrices; a matmul costs 2 * size**3 FLOPs."""
+    """Times a fixed list of float32 matmuls, run together in one compiled call.
 
-    def __init__(self, size=2048, calls=4):
+    Each product is `(m, k, n, transpose_a, transpose_b)`: an (m x k) by (k x n)
+    product, 2 m k n FLOPs, with operands stored transposed where the flags say
+    (as the backward pass of a dense layer reads them).
+    """
+
+    def __init__(self, products, calls):
         import tensorflow as tf
 
-        self.size = size
+        self.products = [tuple(product) for product in products]
         self.calls = calls
-        self.left = tf.random.stateless_normal([size, size], seed=[1, 2])
-        self.right = tf.random.stateless_normal([size, size], seed=[3, 4])
-        self._matmul = tf.linalg.matmul
-        self._matmul(self.left, self.right)  # the first call pays for kernel selection
+        operands = []
+        for index, (m, k, n, transpose_a, transpose_b) in enumerate(self.products):
+            left = tf.random.stateless_normal([k, m] if transpose_a else [m, k], seed=[index, 1])
+            right = tf.random.stateless_normal([n, k] if transpose_b else [k, n], seed=[index, 2])
+            operands.append((left, right, transpose_a, transpose_b))
+
+        @tf.function
+        def multiply():
+            return [tf.linalg.matmul(a, b, transpose_a=ta, transpose_b=tb) for a, b, ta, tb in operands]
+
+        self._multiply = multiply
+        self._multiply()  # traces and pays for kernel selection
+
+    @classmethod
+    def square(cls, size=2048, calls=6):
+        """`size` x `size` by `size` x `size`: the machine's best case, its matmul FLOP/s."""
+        return cls([(size, size, size, False, False)], calls)
+
+    @classmethod
+    def mlp_step(cls, layer_sizes, batch_size, calls=5):
+        """The matmuls of one MLP training step, at their own shapes (see `mlp_step_flops(exact=True)`).
+
+        Per layer: forward x @ W, weight gradient x^T @ dy, and the input gradient
+        dy @ W^T for every layer but the first (its input needs none).
+        """
+        products = []
+        for layer, (fan_in, fan_out) in enumerate(zip(layer_sizes[:-1], layer_sizes[1:])):
+            products.append((batch_size, fan_in, fan_out, False, False))
+            products.append((fan_in, batch_size, fan_out, True, False))
+            if layer > 0:
+                products.append((batch_size, fan_out, fan_in, False, True))
+        return cls(products, calls)
+
+    @property
+    def size(self):
+        """The square probe's matrix size (the first product's m)."""
+        return self.products[0][0]
 
     @property
     def flops_per_call(self):
-        return 2 * self.size**3
+        return sum(2 * m * k * n for m, k, n, _, _ in self.products)
 
-    def measure(self, warmup=1, steps=None):
-        """Wall time of `steps` (default `calls`) matmuls after `warmup` untimed ones."""
-        steps = steps or self.calls
-        for _ in range(warmup):
-            self._matmul(self.left, self.right).numpy()
+    def measure(self):
+        """Wall time of `calls` calls (CPU execution is synchronous: a call returns when done)."""
         start = time.perf_counter()
-        for _ in range(steps):
-            product = self._matmul(self.left, self.right)
-        product[0, 0].numpy()  # eager CPU ops are synchronous; this only makes sure
+        for _ in range(self.calls):
+            self._multiply()
         return time.perf_counter() - start

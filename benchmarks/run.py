@@ -83,7 +83,7 @@ class Harness:
 
     # -- sections ------------------------------------------------------------------
     def matmul_probe(self):
-        return MatmulProbe(size=256 if self.quick else 2048, calls=2 if self.quick else 6)
+        return MatmulProbe.square(size=256 if self.quick else 2048, calls=2 if self.quick else 6)
 
     def flops(self, scenario, figures, probe, probe_seconds):
         """Each pipeline's FLOP/s on an MLP scenario against the bare matmul's, measured interleaved."""
@@ -125,8 +125,11 @@ class Harness:
             xla_config = self.config(scenario, ("jit_compile=true",))
             pipelines["opt_train_xla"] = OptTrainPipeline(xla_config, source)
             pipelines["tape_loop_xla"] = TapeLoopPipeline(config, source, jit_compile=True)
-        probe = self.matmul_probe() if with_flops else None
-        figures, seconds = self.measure(pipelines, scenario, {"matmul": probe.measure} if probe else None)
+        probes = {}
+        if with_flops:
+            probes = {"matmul": self.matmul_probe(),
+                      "step_matmuls": MatmulProbe.mlp_step(scenario.layer_sizes, scenario.batch_size)}
+        figures, seconds = self.measure(pipelines, scenario, {name: probe.measure for name, probe in probes.items()})
         ratios = {
             "opt_train/tape_loop": timing.ratio(figures["opt_train"], figures["tape_loop"]),
             "opt_train/keras_fit": timing.ratio(figures["opt_train"], figures["keras_fit"]),
@@ -148,14 +151,20 @@ class Harness:
             "ratios": ratios,
             "ratios_of_best_repeats": best,
         }
-        if probe:
-            section["flops"] = flops = self.flops(scenario, figures, probe, seconds["matmul"])
-            # A pipeline at the bare matmul's FLOP/s is the fastest these matmuls can run here.
+        if probes:
+            section["flops"] = self.flops(scenario, figures, probes["matmul"], seconds["matmul"])
+            step_matmuls = probes["step_matmuls"]
+            matmuls_ms = 1000.0 * statistics.median(seconds["step_matmuls"]) / step_matmuls.calls
+            section["step_matmuls"] = {
+                "products": [list(product) for product in step_matmuls.products],
+                "ms_per_step": matmuls_ms,
+                "ms_per_step_repeats": [round(1000.0 * total / step_matmuls.calls, 4)
+                                        for total in seconds["step_matmuls"]],
+            }
+            # No pipeline can take less than its matmuls alone: (c) over that bounds (a)/(c).
             section["ceiling"] = {
-                "opt_train/keras_fit": round(
-                    flops["matmul"]["median_flops_per_sec"] / flops["achieved_flops_per_sec"]["keras_fit"], 4
-                ),
-                "meaning": "(a)/(c) if (a) ran every FLOP at the bare matmul's measured rate",
+                "opt_train/keras_fit": round(figures["keras_fit"]["ms_per_step"] / matmuls_ms, 4),
+                "meaning": "(a)/(c) if (a) took no time but the step's matmuls, run alone at their own shapes",
             }
         return section
 
