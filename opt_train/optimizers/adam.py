@@ -90,11 +90,11 @@ class Adam(Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        step_size = self._step_size(tf.cast(learning_rate, dtype), dtype)
+        learning_rate = tf.cast(learning_rate, dtype)
         if is_sparse(gradient):
-            self._sparse_update(deduplicate(gradient), variable, step_size)
+            self._sparse_update(deduplicate(gradient), variable, self._step_size(learning_rate, dtype))
         else:
-            self._dense_update(tf.cast(gradient, dtype), variable, step_size)
+            self._dense_update(tf.cast(gradient, dtype), variable, learning_rate)
 
     def _hyper(self, dtype):
         """beta_1, beta_2 and epsilon as tensors of the variable's dtype."""
@@ -110,15 +110,25 @@ class Adam(Optimizer):
         beta_2_power = tf.cast(self._beta_2_power, dtype)
         return learning_rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
 
-    def _dense_update(self, gradient, variable, step_size):
-        # Written in the order of TF's ApplyAdam kernel (m += (g - m)(1 - b1))
-        # so results agree with it to the last bits, not just mathematically.
-        beta_1, beta_2, epsilon = self._hyper(variable.dtype)
-        m = self.slot(variable, "m")
-        v = self.slot(variable, "v")
-        self.assign_add(m, (gradient - m) * (1 - beta_1))
-        self.assign_add(v, (tf.square(gradient) - v) * (1 - beta_2))
-        self.assign_sub(variable, (m * step_size) / (tf.sqrt(v) + epsilon))
+    def _dense_update(self, gradient, variable, learning_rate):
+        # TF1's own fused kernel, the one tf.compat.v1.train.AdamOptimizer runs: one pass
+        # over the variable, m and v, where the same math as separate ops makes a dozen
+        # (~1/4 of a 784-1024-1024-10 MLP's step on a CPU).
+        dtype = variable.dtype
+        beta_1, beta_2, epsilon = self._hyper(dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self.slot(variable, "m").handle,
+            v=self.slot(variable, "v").handle,
+            beta1_power=tf.cast(self._beta_1_power, dtype),
+            beta2_power=tf.cast(self._beta_2_power, dtype),
+            lr=learning_rate,
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=epsilon,
+            grad=gradient,
+            use_locking=False,
+        )
 
     def _sparse_update(self, gradient, variable, step_size):
         # TF1: decay every row of m and v, then add the named rows' share.
