@@ -194,8 +194,10 @@ class TrainOp(tf.Module):
         self._state = self._pipeline.init(variables)
         self._pipeline_variables = _PipelineVariables(state_variables(self._state))
         if self._jit_compile and self.backend.size > 1:
-            # A custom-op all-reduce cannot be XLA-compiled: compile only the forward/backward.
+            # A custom-op all-reduce cannot be XLA-compiled: compile the parts around it, the
+            # forward/backward pass and the optimizer update, each as one XLA call.
             self._gradients = tf.function(self._gradients, jit_compile=True)
+            self._apply = tf.function(self._apply, jit_compile=True)
         self._built = True
         return self
 

@@ -44,6 +44,12 @@ RUNS = {
         {"batch_size_per_gpu": BATCH // 2, "iter_size": 2},
         {"batch_size_per_gpu": 2 * BATCH},
     ),
+    # jit_compile under Horovod: forward/backward and the update XLA-compiled, the all-reduce
+    # and the stages after it in between; against the whole step compiled in one process.
+    "xla": (
+        {"batch_size_per_gpu": BATCH, "jit_compile": True, "max_grad_norm": 1.0},
+        {"batch_size_per_gpu": 2 * BATCH, "jit_compile": True, "max_grad_norm": 1.0},
+    ),
     # The 5th update overflows on one rank only (rank 1 here, the only rank alone):
     # Backoff loss scaling must skip it on both, like the single process skips it.
     "overflow": (
