@@ -109,7 +109,7 @@ class Session:
     def loop(self, until=None):
         """Runs updates up to step `until` (default and at most `max_steps`); may be called again."""
         config = self.config
-        end = min(until or self.run.max_steps, self.run.max_steps)
+        end = self.run.max_steps if until is None else min(until, self.run.max_steps)
         if self._interval_start is None:
             self._interval_start, self._interval_first = time.perf_counter(), self.step
         while self.step < end:
