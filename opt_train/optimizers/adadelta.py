@@ -60,7 +60,7 @@ class Adadelta(Optimizer):
             self._dense_update(tf.cast(gradient, variable.dtype), variable, lr)
 
     def _next(self, accum, accum_update, gradient, dtype):
-        """New accum, the step Delta and the new accum_update, for whole tensors or rows."""
+        """New accum, the step Delta and the new accum_update, for rows (the sparse path)."""
         # Evaluation order of TF's ApplyAdadelta kernel (sqrt * rsqrt * g).
         rho = tf.cast(self.rho, dtype)
         epsilon = tf.cast(self.epsilon, dtype)
@@ -70,15 +70,19 @@ class Adadelta(Optimizer):
         return accum, delta, accum_update
 
     def _dense_update(self, gradient, variable, lr):
-        accum = self.slot(variable, "accum")
-        accum_update = self.slot(variable, "accum_update")
-        new_accum, delta, new_update = self._next(
-            tf.convert_to_tensor(accum), tf.convert_to_tensor(accum_update), gradient,
-            variable.dtype,
+        # TF1's own fused kernel (what tf.compat.v1.train.AdadeltaOptimizer runs): one pass
+        # over the variable and both slots instead of a chain of elementwise ops.
+        dtype = variable.dtype
+        tf.raw_ops.ResourceApplyAdadelta(
+            var=variable.handle,
+            accum=self.slot(variable, "accum").handle,
+            accum_update=self.slot(variable, "accum_update").handle,
+            lr=lr,
+            rho=tf.cast(self.rho, dtype),
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=gradient,
+            use_locking=False,
         )
-        self.assign(accum, new_accum)
-        self.assign_sub(variable, delta * lr)
-        self.assign(accum_update, new_update)
 
     def _sparse_update(self, gradient, variable, lr):
         indices = gradient.indices

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
 from opt_train.optimizers.gradient_descent import shrink
 
 DEFAULT_LEARNING_RATE = 0.01
-
 
 def sparse_rsqrt(accumulator):
     """1/sqrt(a) as TF's sparse kernels compute it: divided, where the dense ones use rsqrt.
@@ -62,6 +61,18 @@ class Adagrad(Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         lr = tf.cast(learning_rate, variable.dtype)
+        if not is_sparse(gradient) and has_kernel("ResourceApplyAdagrad", variable):
+            # TF1's own fused kernel, the one AdagradOptimizer runs: one pass over the
+            # variable and its accumulator instead of a chain of elementwise ops.
+            tf.raw_ops.ResourceApplyAdagrad(
+                var=variable.handle,
+                accum=self.slot(variable, "accumulator").handle,
+                lr=lr,
+                grad=tf.cast(gradient, variable.dtype),
+                use_locking=False,
+                update_slots=True,
+            )
+            return
         values, indices, accumulated = accumulate_squares(self, variable, gradient)
         if indices is not None:
             step = values * lr * sparse_rsqrt(accumulated)
@@ -123,6 +134,31 @@ class ProximalAdagrad(Adagrad):
 
     def update_step(self, gradient, variable, learning_rate):
         lr = tf.cast(learning_rate, variable.dtype)
+        if not is_sparse(gradient) and has_kernel("ResourceApplyProximalAdagrad", variable):
+            # TF1's own fused kernel (ProximalAdagradOptimizer's): one pass instead of a chain
+            # of ops. Its CPU kernel refuses lr <= 0 (a warm-up's first step): the ops take that.
+            tf.cond(
+                lr > 0,
+                lambda: self._fused_update(gradient, variable, lr),
+                lambda: self._update(gradient, variable, lr),
+            )
+            return
+        self._update(gradient, variable, lr)
+
+    def _fused_update(self, gradient, variable, lr):
+        dtype = variable.dtype
+        tf.raw_ops.ResourceApplyProximalAdagrad(
+            var=variable.handle,
+            accum=self.slot(variable, "accumulator").handle,
+            lr=lr,
+            l1=tf.cast(self.l1_regularization_strength, dtype),
+            l2=tf.cast(self.l2_regularization_strength, dtype),
+            grad=tf.cast(gradient, dtype),
+            use_locking=False,
+        )
+
+    def _update(self, gradient, variable, lr):
+        """The update as separate ops: sparse gradients, and dense ones the kernel cannot take."""
         values, indices, accumulated = accumulate_squares(self, variable, gradient)
         if indices is not None:
             alpha = lr * sparse_rsqrt(accumulated)

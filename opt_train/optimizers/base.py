@@ -18,6 +18,7 @@ moves over unchanged.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import keras
@@ -54,6 +55,33 @@ def dense(gradient):
 
 def is_sparse(gradient):
     return isinstance(gradient, tf.IndexedSlices)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_dtypes(op_name):
+    """{device type: dtype enums} of the kernels TF registered for `op_name`."""
+    # TF's own kernel registry: the truth about which device/dtype pairs an op runs on,
+    # where a hand-written table would drift. No public API exposes it.
+    from tensorflow.python.framework import kernels
+
+    registered = {}
+    for kernel in kernels.get_registered_kernels_for_op(op_name).kernel:
+        for constraint in kernel.constraint:
+            if constraint.name == "T":
+                types = constraint.allowed_values.list.type
+                registered.setdefault(kernel.device_type, set()).update(types)
+    return registered
+
+
+def has_kernel(op_name, variable):
+    """Whether TF has a kernel of `op_name` (a fused TF1 ResourceApply*) for `variable`.
+
+    Where it has none (ProximalGradientDescent and AdagradDA exist only on CPU and only for
+    float32/float64, for instance), the optimizers run the same math as separate ops.
+    """
+    device = tf.DeviceSpec.from_string(variable.handle.device).device_type or "CPU"
+    dtype = tf.as_dtype(variable.dtype).as_datatype_enum
+    return dtype in _kernel_dtypes(op_name).get(device, ())
 
 
 def deduplicate(gradient):

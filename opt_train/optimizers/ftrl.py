@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
 
 
 class Ftrl(Optimizer):
@@ -107,6 +107,9 @@ class Ftrl(Optimizer):
             self.assign(linear, tf.IndexedSlices(new_linear, indices))
             self.assign(variable, tf.IndexedSlices(new_var, indices))
             self.assign(accum, tf.IndexedSlices(new_accum, indices))
+        elif self.learning_rate_power == -0.5 and has_kernel("ResourceApplyFtrl", variable):
+            # Other powers stay as ops: the kernel takes pow(n_t, -p) twice where they reuse it.
+            self._fused_update(tf.cast(gradient, variable.dtype), variable, accum, linear, lr)
         else:
             new_var, new_accum, new_linear = self._next(
                 tf.convert_to_tensor(variable),
@@ -118,6 +121,34 @@ class Ftrl(Optimizer):
             self.assign(linear, new_linear)
             self.assign(variable, new_var)
             self.assign(accum, new_accum)
+
+    def _fused_update(self, gradient, variable, accum, linear, lr):
+        # TF1's own fused kernels, the ones FtrlOptimizer runs (V2 only with shrinkage): one
+        # pass over the variable and both slots instead of a chain of elementwise ops.
+        dtype = variable.dtype
+        kwargs = dict(
+            var=variable.handle,
+            accum=accum.handle,
+            linear=linear.handle,
+            grad=gradient,
+            lr=lr,
+            l1=tf.cast(self.l1_regularization_strength, dtype),
+            l2=self._l2(lr),
+            lr_power=tf.cast(self.learning_rate_power, dtype),
+            use_locking=False,
+        )
+        if self.l2_shrinkage_regularization_strength > 0:
+            shrinkage = tf.cast(self.l2_shrinkage_regularization_strength, dtype)
+            tf.raw_ops.ResourceApplyFtrlV2(l2_shrinkage=shrinkage, **kwargs)
+        else:
+            tf.raw_ops.ResourceApplyFtrl(**kwargs)
+
+    def _l2(self, lr):
+        """l2 with beta folded in at the current rate, as TF1's `FtrlOptimizer._prepare`."""
+        dtype = lr.dtype
+        return tf.cast(self.l2_regularization_strength, dtype) + tf.cast(
+            self.beta, dtype
+        ) / (2 * tf.maximum(lr, tf.cast(1e-36, dtype)))
 
     def _accum_power(self, accum):
         """n^(-p); a square root for the common p = -0.5, as TF's kernel does."""
@@ -131,9 +162,7 @@ class Ftrl(Optimizer):
         # results agree with them to the last bits.
         dtype = variable.dtype
         l1 = tf.cast(self.l1_regularization_strength, dtype)
-        l2 = tf.cast(self.l2_regularization_strength, dtype) + tf.cast(
-            self.beta, dtype
-        ) / (2 * tf.maximum(lr, tf.cast(1e-36, dtype)))
+        l2 = self._l2(lr)
         shrunk = gradient
         if self.l2_shrinkage_regularization_strength > 0:
             shrinkage = tf.cast(2 * self.l2_shrinkage_regularization_strength, dtype)

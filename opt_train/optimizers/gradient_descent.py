@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
 
 DEFAULT_LEARNING_RATE = 0.01
 
@@ -49,6 +49,12 @@ class GradientDescent(Optimizer):
             self.assign_sub(variable, tf.IndexedSlices(values * lr, gradient.indices))
             return
         gradient = tf.cast(gradient, variable.dtype)
+        if has_kernel("ResourceApplyGradientDescent", variable):
+            # TF1's own kernel, the one GradientDescentOptimizer runs: one pass over the variable.
+            tf.raw_ops.ResourceApplyGradientDescent(
+                var=variable.handle, alpha=lr, delta=gradient, use_locking=False
+            )
+            return
         self.assign_sub(variable, gradient * lr)
 
 
@@ -99,6 +105,18 @@ class ProximalGradientDescent(Optimizer):
             prox = rows - tf.cast(gradient.values, dtype) * lr
             new_rows = shrink(prox, alpha_l1, alpha_l2, use_l1)
             self.assign(variable, tf.IndexedSlices(new_rows, gradient.indices))
+            return
+        if has_kernel("ResourceApplyProximalGradientDescent", variable):
+            # TF1's own fused kernel, the one ProximalGradientDescentOptimizer runs (the same
+            # shrink, skipping the soft-threshold when l1 is 0): one pass over the variable.
+            tf.raw_ops.ResourceApplyProximalGradientDescent(
+                var=variable.handle,
+                alpha=lr,
+                l1=tf.cast(self.l1_regularization_strength, dtype),
+                l2=tf.cast(self.l2_regularization_strength, dtype),
+                delta=tf.cast(gradient, dtype),
+                use_locking=False,
+            )
             return
         prox = variable - tf.cast(gradient, dtype) * lr
         self.assign(variable, shrink(prox, alpha_l1, alpha_l2, use_l1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
 
 DEFAULT_LEARNING_RATE = 0.01
 
@@ -75,6 +75,19 @@ class Momentum(Optimizer):
             self._sparse_update(deduplicate(gradient), variable, accumulator, lr, momentum)
             return
         gradient = tf.cast(gradient, dtype)
+        if has_kernel("ResourceApplyMomentum", variable):
+            # TF1's own fused kernel, the one MomentumOptimizer runs: one pass over the
+            # variable and its accumulator, where separate ops make several.
+            tf.raw_ops.ResourceApplyMomentum(
+                var=variable.handle,
+                accum=accumulator.handle,
+                lr=lr,
+                grad=gradient,
+                momentum=momentum,
+                use_locking=False,
+                use_nesterov=self.use_nesterov,
+            )
+            return
         new_accumulator = accumulator * momentum + gradient
         self.assign(accumulator, new_accumulator)
         self.assign_sub(variable, self._step(gradient, new_accumulator, lr, momentum))

@@ -94,20 +94,36 @@ class RMSProp(Optimizer):
         )
 
     def _dense_update(self, gradient, variable, lr):
-        # Same evaluation order as TF's ApplyRMSProp / ApplyCenteredRMSProp
-        # kernels, so results agree to the last bits.
+        # TF1's own fused kernels (what tf.compat.v1.train.RMSPropOptimizer runs): one pass
+        # over the variable and its slots instead of a chain of elementwise ops.
         rho, momentum, epsilon = self._hyper(variable.dtype)
-        ms = self.slot(variable, "rms")
-        mom = self.slot(variable, "momentum")
-        self.assign_add(ms, (tf.square(gradient) - ms) * (1 - rho))
+        ms = self.slot(variable, "rms").handle
+        mom = self.slot(variable, "momentum").handle
         if self.centered:
-            mg = self.slot(variable, "mg")
-            self.assign_add(mg, (gradient - mg) * (1 - rho))
-            denominator = (ms - tf.square(mg)) + epsilon
+            tf.raw_ops.ResourceApplyCenteredRMSProp(
+                var=variable.handle,
+                mg=self.slot(variable, "mg").handle,
+                ms=ms,
+                mom=mom,
+                lr=lr,
+                rho=rho,
+                momentum=momentum,
+                epsilon=epsilon,
+                grad=gradient,
+                use_locking=False,
+            )
         else:
-            denominator = ms + epsilon
-        self.assign(mom, mom * momentum + (gradient * lr) / tf.sqrt(denominator))
-        self.assign_sub(variable, mom)
+            tf.raw_ops.ResourceApplyRMSProp(
+                var=variable.handle,
+                ms=ms,
+                mom=mom,
+                lr=lr,
+                rho=rho,
+                momentum=momentum,
+                epsilon=epsilon,
+                grad=gradient,
+                use_locking=False,
+            )
 
     def _sparse_update(self, gradient, variable, lr):
         rho, momentum, epsilon = self._hyper(variable.dtype)
