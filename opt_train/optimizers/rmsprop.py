@@ -97,33 +97,21 @@ class RMSProp(Optimizer):
         # TF1's own fused kernels (what tf.compat.v1.train.RMSPropOptimizer runs): one pass
         # over the variable and its slots instead of a chain of elementwise ops.
         rho, momentum, epsilon = self._hyper(variable.dtype)
-        ms = self.slot(variable, "rms").handle
-        mom = self.slot(variable, "momentum").handle
+        arguments = dict(
+            var=variable.handle,
+            ms=self.slot(variable, "rms").handle,
+            mom=self.slot(variable, "momentum").handle,
+            lr=lr,
+            rho=rho,
+            momentum=momentum,
+            epsilon=epsilon,
+            grad=gradient,
+            use_locking=False,
+        )
         if self.centered:
-            tf.raw_ops.ResourceApplyCenteredRMSProp(
-                var=variable.handle,
-                mg=self.slot(variable, "mg").handle,
-                ms=ms,
-                mom=mom,
-                lr=lr,
-                rho=rho,
-                momentum=momentum,
-                epsilon=epsilon,
-                grad=gradient,
-                use_locking=False,
-            )
+            tf.raw_ops.ResourceApplyCenteredRMSProp(mg=self.slot(variable, "mg").handle, **arguments)
         else:
-            tf.raw_ops.ResourceApplyRMSProp(
-                var=variable.handle,
-                ms=ms,
-                mom=mom,
-                lr=lr,
-                rho=rho,
-                momentum=momentum,
-                epsilon=epsilon,
-                grad=gradient,
-                use_locking=False,
-            )
+            tf.raw_ops.ResourceApplyRMSProp(**arguments)
 
     def _sparse_update(self, gradient, variable, lr):
         rho, momentum, epsilon = self._hyper(variable.dtype)
