@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 
@@ -105,6 +106,8 @@ class Session:
             f"training {config.model} on {config.data} with {config.optimizer}: "
             f"{self.run.max_steps} updates, global batch {self.run.global_batch}"
         )
+        if self.step >= self.run.max_steps:
+            self.progress.message(f"nothing to train: step {self.step} has reached max_steps")
 
     def loop(self, until=None):
         """Runs updates up to step `until` (default and at most `max_steps`); may be called again."""
@@ -170,14 +173,24 @@ class Session:
 
     def finish(self):
         config = self.config
-        if not self.benchmark:
+        trained = "loss" in self.last_figures  # the last update is always reported
+        if trained and not self.benchmark:
             self.checkpoints.save(self.step)
         if not config.eval_steps or self.step % config.eval_steps or not self.eval_results:
             self._evaluate()
+        if trained:
+            train_figures = {
+                "train/loss": self.last_figures["loss"],
+                "skipped_steps": self.last_figures.get("skipped_steps", 0),
+            }
+        else:
+            # A run restarted after it ended trains nothing: its training figures stay those
+            # of the run that trained, not a NaN loss over no updates.
+            earlier = self._earlier_final_metrics()
+            train_figures = {key: earlier.get(key, float("nan")) for key in ("train/loss", "skipped_steps")}
         final = {
             "global_step": self.step,
-            "train/loss": self.last_figures.get("loss", float("nan")),
-            "skipped_steps": self.last_figures.get("skipped_steps", 0),
+            **train_figures,
             **{f"eval/{k}": v for k, v in self.eval_results.items()},
         }
         if self.benchmark:
@@ -190,6 +203,13 @@ class Session:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
         return final
+
+    def _earlier_final_metrics(self):
+        try:
+            with open(os.path.join(self.config.logdir, "final_metrics.json")) as file:
+                return json.load(file)
+        except (OSError, ValueError):
+            return {}
 
     def close(self):
         self.progress.close()

@@ -101,3 +101,18 @@ def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(write_conf
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"at step {step}" in resumed.stdout
+
+
+def test_restarting_a_finished_run_keeps_its_figures(cli, write_config, tmp_path):
+    config = write_config({**RUN, "max_steps": 10, "logdir": str(tmp_path / "run")})
+    assert cli("train", "--config", config).exit_code == 0
+    before = read_json(tmp_path / "run" / "final_metrics.json")
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert "nothing to train: step 10 has reached max_steps" in result.output
+    after = read_json(tmp_path / "run" / "final_metrics.json")
+    assert np.isfinite(before["train/loss"])
+    assert after == before  # same loss, step and skipped count; the same weights evaluate the same
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == checkpoints
