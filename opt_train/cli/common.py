@@ -10,7 +10,7 @@ import click
 
 from opt_train.config import ConfigError, load_config
 from opt_train.distributed.base import HorovodUnavailableError
-from opt_train.training.errors import TrainingFailed
+from opt_train.training.errors import Interrupted, TrainingFailed
 
 
 class ConfigUsageError(click.UsageError):
@@ -72,6 +72,9 @@ def user_errors():
         raise ConfigUsageError(f"use_horovod: {error}") from None
     except TrainingFailed as error:
         raise TrainingFailedError(str(error)) from None
+    except Interrupted as error:
+        click.echo(str(error), err=True)
+        raise click.exceptions.Exit(error.exit_code) from None
     except KeyboardInterrupt:
         raise click.exceptions.Exit(130) from None
 

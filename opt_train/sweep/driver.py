@@ -32,7 +32,7 @@ from opt_train.sweep.status import (
 
 # Exit codes of a trial that was stopped (Ctrl-C, a scheduler's SIGTERM) rather than failed:
 # it stays unfinished, so the next run of the sweep resumes it.
-INTERRUPTED_CODES = (130, -signal.SIGINT, -signal.SIGTERM)
+INTERRUPTED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
 
 
 class TrialConfigError(ConfigError):

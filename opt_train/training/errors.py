@@ -1,5 +1,16 @@
-"""The training layer's failure class (TF-free, so the CLI can catch it cheaply)."""
+"""How a run ends early: the training layer's exceptions (TF-free, so the CLI can catch them cheaply)."""
 
 
 class TrainingFailed(RuntimeError):
     """The run started but cannot go on: diverged, too many overflows, a rank died."""
+
+
+class Interrupted(RuntimeError):
+    """The run was asked to stop (SIGINT, SIGTERM) and stopped at an update boundary.
+
+    `exit_code` is the shell's code for that signal, 128 + its number.
+    """
+
+    def __init__(self, message, signal_number):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number

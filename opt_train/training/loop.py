@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import time
 
 import numpy as np
 
-from opt_train.training.errors import TrainingFailed
+from opt_train.training.errors import Interrupted, TrainingFailed
+from opt_train.training.interrupt import StopRequests
 
 # How often (in updates) the loop reads the pipeline's stop flag. Reading it is a
 # host sync; a skipped update changes no weight, so looking every few is enough.
@@ -32,13 +34,14 @@ def train(config, *, resume=True, benchmark=False, backend=None):
         resume = False
     backend = backend or get_backend(config.use_horovod)
     run = build_run(config, backend)
-    session = Session(run, benchmark=benchmark)
-    try:
-        session.start(resume)
-        session.loop()
-        return session.finish()
-    finally:
-        session.close()
+    with StopRequests() as stop_requests:
+        session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
+        try:
+            session.start(resume)
+            session.loop()
+            return session.finish()
+        finally:
+            session.close()
 
 
 class Session:
@@ -48,7 +51,7 @@ class Session:
     the same object in pieces (`loop(until=...)`), so what it times is this loop.
     """
 
-    def __init__(self, run, benchmark=False, stream=None):
+    def __init__(self, run, benchmark=False, stream=None, stop_requests=None):
         from opt_train.training.checkpoints import Checkpoints
         from opt_train.training.evaluation import Evaluator
         from opt_train.training.progress import Progress
@@ -76,6 +79,7 @@ class Session:
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if self.chief else None
         self.benchmark = _Benchmark(run) if benchmark else None
+        self.stop_requests = stop_requests
         self.step = 0
         self.eval_results = {}
         self.last_figures = {}
@@ -236,6 +240,31 @@ class Session:
             if self.chief:
                 self.reporter.record({"step": self.step, "stopped": reason})
             raise TrainingFailed(f"stopped at step {self.step}: {reason}")
+        signal_number = self._signal_received()
+        if signal_number and self.step < self.run.max_steps:
+            self._stop_for_signal(signal_number)
+
+    def _signal_received(self):
+        """The SIGINT/SIGTERM number received by any rank (0: none), the same on every rank."""
+        number = self.stop_requests.signal_number if self.stop_requests else 0
+        if self.run.backend.size > 1:
+            # Ranks get the signal at different moments; stopping at different updates would
+            # leave the others waiting in an all-reduce forever.
+            number = self.run.backend.allreduce_scalar(number, op="max")
+        return number
+
+    def _stop_for_signal(self, signal_number):
+        name = signal.Signals(signal_number).name
+        if self.benchmark:
+            saved = "no checkpoint (--benchmark)"
+        else:
+            self.checkpoints.save(self.step)
+            saved = "checkpoint saved; run the same command to resume"
+        # No rank exits (and has the launcher stop the others) before rank 0 has saved.
+        self.run.backend.barrier()
+        if self.chief:
+            self.reporter.record({"step": self.step, "interrupted": name})
+        raise Interrupted(f"interrupted by {name} at step {self.step}: {saved}", signal_number)
 
     def _report(self, result):
         losses, updates = self._interval_losses, self.step - self._interval_first

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +175,52 @@ def test_benchmark_sums_samples_per_second_over_ranks(tmp_path):
     assert final["benchmark/updates_timed"] == 60 - 10
     assert final["benchmark/samples_per_sec"] / one_rank == pytest.approx(2.0, rel=0.25)
     assert "benchmark:" in job.stdout
+
+
+def _rank_process(rank, marker):
+    """The pid of the worker of `rank` whose command line contains `marker`."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def test_a_signal_to_one_rank_stops_both_at_the_same_update(tmp_path):
+    """SIGTERM to rank 1 alone: both ranks stop at one update, rank 0 saves there, nobody hangs."""
+    import tensorflow as tf
+
+    logdir = tmp_path / "run"
+    launcher = shutil.which("horovodrun")
+    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
+    job = subprocess.Popen(
+        [*launch, "-np", "2", "-H", "localhost:2", "--gloo", "opt-train", "train",
+         "--config", str(CONFIGS / "horovod.yaml"), "--set", "max_steps=100000",
+         "--set", "print_loss_steps=5", "--set", "save_checkpoint_steps=100000",
+         "--set", "eval_steps=null", "--set", f"logdir={logdir}"],
+        cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        records = logdir / "metrics.jsonl"
+        while time.monotonic() < deadline and not (
+            records.exists() and any(r.get("step", 0) >= 20 for r in read_jsonl(records))
+        ):
+            time.sleep(0.2)
+        pid = _rank_process(1, str(logdir))
+        assert pid is not None, "rank 1's process not found"
+        os.kill(pid, signal.SIGTERM)
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    last = read_jsonl(logdir / "metrics.jsonl")[-1]
+    assert last["interrupted"] == "SIGTERM", output[-3000:]
+    saved = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
+    assert saved is not None and saved.endswith(f"ckpt-{last['step']}"), output[-3000:]
+    assert f"interrupted by SIGTERM at step {last['step']}: checkpoint saved" in output

@@ -16,7 +16,8 @@ from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.plan import SweepPlan
 from tests.support import CONFIGS, read_json, read_jsonl
 
-# Reads the trial's --set overrides; "diverges" above lr 1000, is "interrupted" at lr 13,
+# Reads the trial's --set overrides; "diverges" above lr 1000, is "interrupted" at lr 13
+# (Ctrl-C: exit 130) and 14 (SIGTERM: exit 143),
 # "resumes" when its logdir already has a checkpoint.
 FAKE_TRAINER = """
 import json, os, sys
@@ -27,8 +28,8 @@ checkpoint = os.path.join(logdir, "ckpt")
 if os.path.exists(checkpoint):
     print("resumed from", checkpoint)
 open(checkpoint, "w").write("5")
-if lr == 13:
-    sys.exit(130)
+if lr in (13, 14):
+    sys.exit({13: 130, 14: 143}[lr])
 if lr > 1000:
     print("step 10 loss nan")
     print("Error: stopped at step 10: 3 consecutive non-finite steps", file=sys.stderr)
@@ -96,11 +97,12 @@ def test_unfinished_trials_rerun_and_failed_ones_only_on_request(make_plan):
 
 
 def test_an_interrupted_trial_stays_unfinished(make_plan):
-    plan = make_plan([13, 0.5])
+    plan = make_plan([13, 14, 0.5])
     result = run_sweep(plan)
-    assert [row["status"] for row in result.rows] == ["pending", "ok"]
-    assert not os.path.exists(os.path.join(plan.logdir(plan.trials[0]), "trial.json"))
-    assert [r["trial"] for r in read_jsonl(os.path.join(plan.out, "results.jsonl"))] == [plan.trials[1].name]
+    assert [row["status"] for row in result.rows] == ["pending", "pending", "ok"]
+    for trial in plan.trials[:2]:
+        assert not os.path.exists(os.path.join(plan.logdir(trial), "trial.json"))
+    assert [r["trial"] for r in read_jsonl(os.path.join(plan.out, "results.jsonl"))] == [plan.trials[2].name]
 
 
 def test_trials_finished_outside_the_sweep_are_adopted(make_plan):

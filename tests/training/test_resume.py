@@ -1,5 +1,6 @@
 """Resume: a run stopped and restarted ends bit-for-bit where an uninterrupted run ends."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -116,3 +117,42 @@ def test_restarting_a_finished_run_keeps_its_figures(cli, write_config, tmp_path
     assert np.isfinite(before["train/loss"])
     assert after == before  # same loss, step and skipped count; the same weights evaluate the same
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == checkpoints
+
+
+def _read_records(logdir):
+    path = logdir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signalled_run_saves_where_it_stopped_and_resumes_exactly(sent, cli, write_config, tmp_path):
+    """Ctrl-C or a scheduler's SIGTERM: a checkpoint at an update boundary, exit 128 + signal."""
+    leg = {**RUN, "max_steps": 100000, "save_checkpoint_steps": 100000, "logdir": str(tmp_path / "legs")}
+    config = write_config(leg, "legs.yaml")
+    job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(config)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(r["step"] >= 20 for r in _read_records(tmp_path / "legs")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        job.send_signal(sent)
+        _, stderr = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + sent, stderr[-2000:]
+    step = _read_records(tmp_path / "legs")[-1]["step"]
+    assert _read_records(tmp_path / "legs")[-1]["interrupted"] == signal.Signals(sent).name
+    assert f"interrupted by {signal.Signals(sent).name} at step {step}: checkpoint saved" in stderr
+    assert "Traceback" not in stderr
+    saved = tf.train.latest_checkpoint(str(tmp_path / "legs" / "checkpoints"))
+    assert saved.endswith(f"ckpt-{step}") and step >= 20
+
+    # Resumed to step + 10, it ends where a run of step + 10 updates without a stop ends.
+    resumed = cli("train", "--config", config, "--set", f"max_steps={step + 10}")
+    assert resumed.exit_code == 0, resumed.output
+    whole = write_config({**leg, "max_steps": step + 10, "logdir": str(tmp_path / "whole")}, "whole.yaml")
+    assert cli("train", "--config", whole).exit_code == 0
+    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
