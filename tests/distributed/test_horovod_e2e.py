@@ -31,14 +31,21 @@ JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
 TOLERANCE = 1e-5
 
 
-def horovodrun(*command):
-    """`horovodrun -np 2 -H localhost:2 --gloo COMMAND...` as a finished subprocess."""
+def horovodrun_argv(*command):
+    """`horovodrun -np 2 -H localhost:2 --gloo COMMAND...` as an argument list."""
     launcher = shutil.which("horovodrun")
     launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    return [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command]
+
+
+LAUNCH_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+
+
+def horovodrun(*command):
+    """`horovodrun -np 2 -H localhost:2 --gloo COMMAND...` as a finished subprocess."""
     return subprocess.run(
-        [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS,
+        horovodrun_argv(*command), cwd=REPO, env=LAUNCH_ENV, capture_output=True, text=True,
+        timeout=JOB_TIMEOUT_SECONDS,
     )
 
 
@@ -195,15 +202,13 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_update(tmp_path):
     import tensorflow as tf
 
     logdir = tmp_path / "run"
-    launcher = shutil.which("horovodrun")
-    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
     job = subprocess.Popen(
-        [*launch, "-np", "2", "-H", "localhost:2", "--gloo", "opt-train", "train",
-         "--config", str(CONFIGS / "horovod.yaml"), "--set", "max_steps=100000",
-         "--set", "print_loss_steps=5", "--set", "save_checkpoint_steps=100000",
-         "--set", "eval_steps=null", "--set", f"logdir={logdir}"],
-        cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        horovodrun_argv(
+            "opt-train", "train", "--config", str(CONFIGS / "horovod.yaml"), "--set", "max_steps=100000",
+            "--set", "print_loss_steps=5", "--set", "save_checkpoint_steps=100000",
+            "--set", "eval_steps=null", "--set", f"logdir={logdir}",
+        ),
+        cwd=REPO, env=LAUNCH_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         deadline = time.monotonic() + 300
