@@ -9,6 +9,7 @@ from opt_train.optimizers.gradient_descent import shrink
 
 DEFAULT_LEARNING_RATE = 0.01
 
+
 def sparse_rsqrt(accumulator):
     """1/sqrt(a) as TF's sparse kernels compute it: divided, where the dense ones use rsqrt.
 

@@ -5,10 +5,11 @@ TF-free, so `--dry-run` can say which trials a re-run would skip.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
+
+from opt_train.atomic import read_json
 
 STATUS_FILE = "trial.json"
 METRICS_FILE = "final_metrics.json"
@@ -19,16 +20,6 @@ FAILED = "failed"
 PENDING = "pending"
 # How much of the end of train.log is read to find why a trial failed.
 _LOG_TAIL_BYTES = 16384
-
-
-def read_json(path):
-    """The JSON object in `path`, or None when it is missing or unreadable (e.g. cut short)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            payload = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return payload if isinstance(payload, dict) else None
 
 
 def final_metrics(logdir):

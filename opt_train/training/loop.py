@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import time
 
 import numpy as np
 
+from opt_train.atomic import read_json
 from opt_train.training.errors import Interrupted, TrainingFailed
 from opt_train.training.interrupt import StopRequests
 
@@ -190,7 +190,7 @@ class Session:
         else:
             # A run restarted after it ended trains nothing: its training figures stay those
             # of the run that trained, not a NaN loss over no updates.
-            earlier = self._earlier_final_metrics()
+            earlier = read_json(os.path.join(config.logdir, "final_metrics.json")) or {}
             train_figures = {key: earlier.get(key, float("nan")) for key in ("train/loss", "skipped_steps")}
         final = {
             "global_step": self.step,
@@ -207,13 +207,6 @@ class Session:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
         return final
-
-    def _earlier_final_metrics(self):
-        try:
-            with open(os.path.join(self.config.logdir, "final_metrics.json")) as file:
-                return json.load(file)
-        except (OSError, ValueError):
-            return {}
 
     def close(self):
         self.progress.close()
