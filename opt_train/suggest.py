@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 
+from opt_train.errors import ParamError
+
 
 def normalize(name: str) -> str:
     """Lowercase, separators dropped, a trailing "optimizer" removed: `Adam_Optimizer` -> `adam`."""
@@ -24,10 +26,25 @@ def closest(name, candidates):
     return hits[0] if hits else None
 
 
-class UnknownNameError(ValueError):
-    """A name that no registry knows; carries the closest valid name."""
+def key_hint(name, known):
+    """"; did you mean 'logdir'?", else the valid keys when there are few, else ''."""
+    suggestion = closest(str(name), known)
+    if suggestion:
+        return f"; did you mean '{suggestion}'?"
+    if len(known) <= 12:
+        return f"; valid: {', '.join(sorted(map(str, known)))}"
+    return ""
 
-    def __init__(self, kind, name, candidates):
+
+class UnknownNameError(ParamError):
+    """A name that no registry knows; carries the closest valid name.
+
+    `code="unknown_name"` for a value naming something (`optimizer: Adamm`), then
+    `param` is the parameter whose value it is; `code="unknown_key"` for a parameter
+    name no spec has (`decay_stepz`), then `param` is that name itself.
+    """
+
+    def __init__(self, kind, name, candidates, *, param=None, code="unknown_name"):
         self.kind = kind
         self.name = name
         self.candidates = sorted(candidates)
@@ -37,4 +54,10 @@ class UnknownNameError(ValueError):
             if self.suggestion
             else f"; valid: {', '.join(self.candidates)}"
         )
-        super().__init__(f"unknown {kind} '{name}'{hint}")
+        text = f"unknown {kind} '{name}'{hint}"
+        if code == "unknown_key":
+            param = str(name) if param is None else param
+            message = f"unknown key{key_hint(name, self.candidates)}"
+        else:
+            message = text
+        super().__init__(param, code, message, None, text=text)

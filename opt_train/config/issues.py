@@ -4,20 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-# The stable codes tests and tools may rely on; the wording of messages may change.
-CODES = (
-    "unknown_key",
-    "unknown_name",
-    "wrong_type",
-    "out_of_range",
-    "conflict",
-    "missing",
-    "yaml_syntax",
-    "file_not_found",
-    "base_cycle",
-    "bad_override",
-    "duplicate_key",
-)
+from opt_train.errors import CODES, ParamError
 
 # Where `--set key=value` overrides are said to come from.
 OVERRIDE_FILE = "--set"
@@ -70,25 +57,37 @@ class ConfigError(ValueError):
         super().__init__("\n".join(issue.format() for issue in self.issues))
 
 
-class RuleError(ValueError):
-    """A value rule failed; knows the code and the bad value, never the file.
+class RuleError(ParamError):
+    """A config rule failed: a `ParamError` built in the config layer's argument order.
 
-    `subkey` names the part of a block that failed (`larc_eta` inside
-    `larc_params`), relative to the key the rule was applied to.
+    `subkey` (the error's `param`) names the part of a block that failed
+    (`larc_eta` inside `larc_params`), relative to the key the rule was applied
+    to; `absolute` (the error's `key`) is a full dotted key that overrides it.
     """
 
     def __init__(self, message, value=None, code="out_of_range", subkey=None):
-        self.message = message
-        self.value = value
-        self.code = code
-        self.subkey = subkey
-        self.absolute = None  # a full dotted key that overrides where the issue is reported
-        super().__init__(message)
+        super().__init__(subkey, code, message, value)
+
+    @property
+    def subkey(self):
+        return self.param
+
+    @property
+    def absolute(self):
+        return self.key
 
 
 class RuleErrors(ValueError):
-    """Several `RuleError`s from one check, all to be reported."""
+    """Several `ParamError`s from one check, all to be reported."""
 
     def __init__(self, errors):
         self.errors = list(errors)
         super().__init__("; ".join(error.message for error in self.errors))
+
+
+def as_param_error(error):
+    """`error` itself when it carries a code. An error from code outside opt-train (a user's
+    optimizer class) carries none: it is reported whole, as `out_of_range`, where it was raised."""
+    if isinstance(error, ParamError):
+        return error
+    return ParamError(None, "out_of_range", str(error).rstrip("."))

@@ -1,158 +1,31 @@
-"""Value rules for config fields: each takes a raw YAML value, returns it typed or raises `RuleError`.
+"""Rules only the config layer has (model spec, summaries list, regularizer, run length); the rest are
+`opt_train.params` rules shared with the library.
 
-Rules know nothing of files or keys; the validator adds where a value was set.
+A rule is `rule(name, value) -> typed value` and raises `ParamError` / `RuleError`;
+rules know nothing of files: the validator adds where a value was set.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-import re
+from opt_train import params as p
+from opt_train.config.issues import RuleError, RuleErrors
+from opt_train.config.registries import registry
+from opt_train.errors import ParamError
+from opt_train.optimizers import names
+from opt_train.suggest import UnknownNameError
 
-from opt_train.config.issues import RuleError
-from opt_train.suggest import UnknownNameError, closest
+REGULARIZERS = ("l1", "l2", "l1_l2")
+# `scale` with l1_l2 is the default for both of `l1` and `l2` (OpenSeq2Seq's one knob).
+REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2")}
 
-
-
-def require_int(value):
-    """An integer; `3.0` passes as 3, booleans and `2.5` do not."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise RuleError("must be an integer", value, "wrong_type")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    raise RuleError("must be an integer", value, "wrong_type")
-
-
-def reads_as_float(text):
-    """True when the string `text` is a number to `float()` (`"1e-3"`, `"-2"`)."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def require_float(value):
-    """A finite number as a float; ints and strings such as `"1e-3"` pass."""
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            raise RuleError("must be a number", value, "wrong_type") from None
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise RuleError("must be a number", value, "wrong_type")
-    else:
-        number = float(value)
-    if not math.isfinite(number):
-        raise RuleError("must be a finite number", value, "out_of_range")
-    return number
-
-
-def require_bool(value):
-    if not isinstance(value, bool):
-        raise RuleError("must be true or false", value, "wrong_type")
-    return value
-
-
-def require_str(value):
-    if not isinstance(value, str) or not value:
-        raise RuleError("must be a non-empty string", value, "wrong_type")
-    return value
-
-
-def require_dict(value):
-    """A mapping (copied); an empty YAML value counts as `{}`."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RuleError("must be a mapping", value, "wrong_type")
-    return dict(value)
-
-
-def require_list(value):
-    """A list; an empty YAML value counts as `[]`."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise RuleError("must be a list", value, "wrong_type")
-    return list(value)
-
-
-def at_least(low):
-    def check(value):
-        if value < low:
-            raise RuleError(f"must be >= {low}", value)
-        return value
-
-    return check
-
-
-def greater_than(low):
-    def check(value):
-        if not value > low:
-            raise RuleError(f"must be > {low}", value)
-        return value
-
-    return check
-
-
-def both(*rules):
-    """Applies rules in turn, each on the result of the last; errors show the value as given."""
-
-    def check(value):
-        result = value
-        for rule in rules:
-            try:
-                result = rule(result)
-            except RuleError as error:
-                if error.subkey is None:
-                    error.value = value
-                raise
-        return result
-
-    return check
-
-
-def optional(rule):
-    """`None` passes unchanged; anything else must pass `rule`."""
-
-    def check(value):
-        return None if value is None else rule(value)
-
-    return check
-
-
-def one_of(kind, choices, lower=False):
-    """A string from `choices` (compared lowercase when `lower`); else an `unknown_name` error."""
-
-    def check(value):
-        if not isinstance(value, str):
-            raise RuleError(f"must be one of {', '.join(choices)}", value, "wrong_type")
-        name = value.lower() if lower else value
-        if name not in choices:
-            raise unknown_name(UnknownNameError(kind, value, choices))
-        return name
-
-    return check
-
-
-def unknown_name(error):
-    """An `UnknownNameError` as an `unknown_name` rule error (its message has the suggestion)."""
-    return RuleError(str(error), None, "unknown_name")
+int_at_least_1 = p.integer(1)
+positive_float = p.number(0, low_open=True, strings=True)
+nonnegative_float = p.number(0, strings=True)
 
 
 def unknown_key(name, known):
     """`unknown key; did you mean 'logdir'?` for a key that no schema has."""
-    suggestion = closest(str(name), known)
-    if suggestion:
-        hint = f"; did you mean '{suggestion}'?"
-    elif len(known) <= 12:
-        hint = f"; valid: {', '.join(sorted(map(str, known)))}"
-    else:
-        hint = ""
-    return RuleError(f"unknown key{hint}", None, "unknown_key", subkey=str(name))
+    return UnknownNameError("config key", str(name), known, code="unknown_key")
 
 
 def check_known_keys(params, known):
@@ -162,16 +35,64 @@ def check_known_keys(params, known):
             raise unknown_key(name, known)
 
 
-def require_regex(value):
-    """A string that compiles as a Python regular expression."""
-    require_str(value)
-    try:
-        re.compile(value)
-    except re.error as error:
-        raise RuleError(f"is not a valid regular expression ({error})", value, "wrong_type") from None
-    return value
+def model_spec(name, value):
+    """A registered model name, or `{factory: "pkg.mod:function"}` for the user's own."""
+    if isinstance(value, dict):
+        check_known_keys(value, ("factory",))
+        # The models registry's own parser, so what validates is what builds.
+        registry("model").split_factory(value)
+        return {"factory": value["factory"]}
+    return registry("model").resolve(p.string(name, value))
 
 
-int_at_least_1 = both(require_int, at_least(1))
-positive_float = both(require_float, greater_than(0))
-nonnegative_float = both(require_float, at_least(0))
+def dataset_name(name, value):
+    return registry("data").resolve(p.string(name, value))
+
+
+def optimizer_name(name, value):
+    """A registry name; a dotted path (`pkg.mod.Class`) is left for the builder to import."""
+    text = p.string(name, value)
+    return text if "." in text else registry("optimizer").resolve(text)
+
+
+def lr_policy_name(name, value):
+    return registry("lr_policy").resolve(p.string(name, value))
+
+
+def optimizer_params(name, value):
+    """A mapping; its values are judged with the optimizer (a cross-field rule)."""
+    params = p.mapping(name, value)
+    if "learning_rate" in params:
+        # Stored as a number, so `"1e-3"` in YAML trains like 1e-3.
+        params["learning_rate"] = registry("optimizer").LEARNING_RATE("learning_rate", params["learning_rate"])
+    return params
+
+
+def larc_params(name, value):
+    """The LARC block with defaults filled in, every problem reported."""
+    from opt_train.config.schema import LarcParams
+
+    filled, errors = names.larc_param_errors(p.mapping(name, value))
+    if errors:
+        raise RuleErrors(errors)
+    return LarcParams(**filled)
+
+
+def summaries(name, value):
+    """Names from OPTIMIZER_SUMMARIES; a bad one is reported at `summaries[i]`."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise RuleError("must be a list", value, "wrong_type")
+    checked, errors = [], []
+    for index, item in enumerate(value):
+        try:
+            checked.append(names.SUMMARY(f"[{index}]", item))
+        except ParamError as error:
+            errors.append(error)
+    if errors:
+        raise RuleErrors(errors)
+    return tuple(checked)
+
+
+regularizer = p.optional(p.one_of(*REGULARIZERS, kind="regularizer", lower=True))

@@ -6,7 +6,8 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 
-from opt_train.config.issues import ConfigIssue
+from opt_train.config.issues import ConfigIssue, as_param_error
+from opt_train.optimizers.names import LARC_SPEC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,9 +19,9 @@ class LarcParams(Mapping):
     """
 
     larc_eta: float  # required, as in OpenSeq2Seq: no trust ratio suits every model
-    larc_mode: str = "clip"
-    min_update: float = 1e-7
-    epsilon: float = 1e-7
+    larc_mode: str = LARC_SPEC["larc_mode"].default
+    min_update: float = LARC_SPEC["min_update"].default
+    epsilon: float = LARC_SPEC["epsilon"].default
 
     def __getitem__(self, name):
         if name not in self.__dataclass_fields__:
@@ -102,18 +103,14 @@ class TrainConfig:
         write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     def issue_for(self, section, error):
-        """A library `ValueError` raised while building `section` (e.g. `optimizer_params`), located.
+        """A library error raised while building `section` (e.g. `optimizer_params`), located.
 
-        The same translation load-time checks use: the parameter the error names
-        (`.param`, `.key` or its leading backticked name) becomes `section.param`.
+        Read from the error's attributes (a `ParamError`'s `param`, `code`, `value`,
+        `key`), as load-time checks are: `section.param`, or the error's own `key`.
         """
-        from opt_train.config.registries import translate
-        from opt_train.config.validate import join_key
-
-        params = getattr(self, section, None)
-        rule = translate(error, params if isinstance(params, dict) else {})
-        key = rule.absolute or join_key(section, rule.subkey)
-        return self.issue(key, rule.message, rule.code, rule.value)
+        error = as_param_error(error)
+        key = error.key or join_key(section, error.param)
+        return self.issue(key, error.message, error.code, error.value)
 
 
 def config_fields():
@@ -133,6 +130,15 @@ def plain(value):
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     return copy.deepcopy(value)
+
+
+def join_key(key, subkey):
+    """Where a sub-key failure is reported: `key.sub`, `key[i]`, or a top-level field itself."""
+    if not subkey:
+        return key
+    if subkey in FIELD_NAMES or not key:
+        return subkey
+    return f"{key}{subkey}" if subkey.startswith("[") else f"{key}.{subkey}"
 
 
 def parent_key(dotted_key):

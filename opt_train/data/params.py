@@ -1,178 +1,68 @@
-"""Parameter specs for models and datasets: defaults and value rules, checked without TensorFlow.
+"""The value rules dataset and model parameter specs use, on the one mechanism of `opt_train.params`.
 
 A spec is a dict `{param_name: Param(default, rule, doc)}`. `check_params` fills the
-defaults, rejects unknown names with a did-you-mean (`UnknownNameError`) and runs each
-rule, which raises a Keras-style `ValueError` ("`dropout` must be in [0, 1). Received:
-dropout=1.5"). Both registries (`opt_train.models.registry`, `opt_train.data.registry`)
-keep their specs here so the builders and the config layer read one source of truth.
+defaults, rejects unknown names with a did-you-mean and runs each rule, which raises
+`ParamError` ("`dropout` must be in [0, 1). Received: dropout=1.5", code
+`out_of_range`). Both registries (`opt_train.models.registry`, `opt_train.data.registry`)
+keep their specs with these rules, so the builders and the config layer read one source of truth.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-from dataclasses import dataclass
-from typing import Any, Callable
+from opt_train import params as _p
+from opt_train.errors import ParamError
+from opt_train.params import REQUIRED, Param, fail
 
-from opt_train.suggest import UnknownNameError
+__all__ = ["REQUIRED", "Param", "ParamError", "check_params", "param_errors"]
 
-REQUIRED = object()  # default of a parameter the user must give
-
-
-class ParamError(ValueError):
-    """A parameter value that breaks its rule; `.param` names the parameter."""
-
-    def __init__(self, param, message):
-        self.param = param
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter: its default (or REQUIRED), the rule its value must pass, a one-line doc."""
-
-    default: Any
-    rule: Callable[[str, Any], None]
-    doc: str = ""
-
-
-def _fail(name, rule, value):
-    raise ParamError(name, f"`{name}` must be {rule}. Received: {name}={value!r}")
-
-
-# ----- rules: each takes (name, value) and raises ParamError, or returns None -----
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    # NaN and inf are floats but no usable parameter: `.nan` in YAML must fail its rule.
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def positive_int(name, value):
-    if not _is_int(value) or value < 1:
-        _fail(name, "a positive integer", value)
+# Data parameters reach the loaders as given, so an integer must be one (no `4.0`).
+positive_int = _p.integer(1, text="a positive integer", whole_floats=False)
+any_int = _p.integer(text="an integer", whole_floats=False)
+non_negative = _p.number(0, text="a number >= 0")
+positive = _p.number(0, low_open=True, text="a number > 0")
+fraction = _p.number(0, 1, high_open=True)  # a dropout rate
+open_fraction = _p.number(0, 1, low_open=True, high_open=True)  # a share held out for evaluation
+boolean = _p.boolean
+non_empty_string = _p.string
+positive_int_list = _p.list_of(positive_int, text="a non-empty list of positive integers", non_empty=True)
 
 
 def int_at_least(low):
-    def rule(name, value):
-        if not _is_int(value) or value < low:
-            _fail(name, f"an integer >= {low}", value)
-
-    return rule
-
-
-def any_int(name, value):
-    if not _is_int(value):
-        _fail(name, "an integer", value)
-
-
-def positive_int_list(name, value):
-    if not isinstance(value, (list, tuple)) or not value:
-        _fail(name, "a non-empty list of positive integers", value)
-    if not all(_is_int(v) and v >= 1 for v in value):
-        _fail(name, "a non-empty list of positive integers", value)
+    return _p.integer(low, whole_floats=False)
 
 
 def int_list_or_none(name, value):
-    if value is None:
-        return
-    positive_int_list(name, value)
-
-
-def non_negative(name, value):
-    if not _is_number(value) or value < 0:
-        _fail(name, "a number >= 0", value)
-
-
-def positive(name, value):
-    if not _is_number(value) or value <= 0:
-        _fail(name, "a number > 0", value)
-
-
-def fraction(name, value):
-    """In [0, 1): a dropout rate."""
-    if not _is_number(value) or not 0 <= value < 1:
-        _fail(name, "in [0, 1)", value)
-
-
-def open_fraction(name, value):
-    """In (0, 1): a share of the examples held out for evaluation."""
-    if not _is_number(value) or not 0 < value < 1:
-        _fail(name, "in (0, 1)", value)
-
-
-def boolean(name, value):
-    if not isinstance(value, bool):
-        _fail(name, "true or false", value)
-
-
-def non_empty_string(name, value):
-    if not isinstance(value, str) or not value:
-        _fail(name, "a non-empty string", value)
+    return None if value is None else positive_int_list(name, value)
 
 
 def single_character(name, value):
     if not isinstance(value, str) or len(value) != 1:
-        _fail(name, "one character", value)
+        fail(name, "wrong_type", "must be one character", value)
+    return value
 
 
-def optional_string(name, value):
-    if value is not None:
-        non_empty_string(name, value)
-
-
-def optional_positive_int(name, value):
-    if value is not None:
-        int_at_least(2)(name, value)
+optional_string = _p.optional(non_empty_string)
+optional_positive_int = _p.optional(int_at_least(2))
 
 
 def string_or_int(name, value):
-    if not (_is_int(value) or (isinstance(value, str) and value)):
-        _fail(name, "a column name or an integer index", value)
+    if not (any_int_ok(value) or (isinstance(value, str) and value)):
+        fail(name, "wrong_type", "must be a column name or an integer index", value)
+    return value
+
+
+def any_int_ok(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def one_of(*choices, kind):
     """A rule accepting only `choices`; anything else is an UnknownNameError for `kind`."""
-
-    def rule(name, value):
-        if not isinstance(value, str) or value not in choices:
-            error = UnknownNameError(kind, value, choices)
-            error.param = name
-            raise error
-
-    return rule
-
-
-# ----- checking a whole params dict against a spec -----
+    return _p.one_of(*choices, kind=kind)
 
 
 def param_errors(spec, params, kind):
-    """Every problem with `params` under `spec`, as exceptions (each has `.param`)."""
-    params = {} if params is None else params
-    if not isinstance(params, dict):
-        return [ParamError(None, f"{kind} params must be a mapping. Received: {params!r}")]
-    errors = []
-    for key in params:
-        if key not in spec:
-            error = UnknownNameError(f"{kind} parameter", key, spec)
-            error.param = key
-            errors.append(error)
-    for key, param in spec.items():
-        if key not in params:
-            if param.default is REQUIRED:
-                errors.append(ParamError(key, f"`{key}` is required for {kind}."))
-            continue
-        try:
-            param.rule(key, params[key])
-        except ValueError as error:
-            if not hasattr(error, "param"):
-                error.param = key
-            errors.append(error)
-    return errors
+    """Every problem with `params` under `spec`, as `ParamError`s."""
+    return _p.param_errors(spec, params, kind, required_by=f"for {kind}")[1]
 
 
 def check_params(spec, params, kind):

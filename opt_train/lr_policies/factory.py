@@ -46,5 +46,7 @@ def _require_decay_steps(policy, params):
         raise param_error(
             "decay_steps",
             f"`decay_steps` is required by lr_policy '{policy}' when `max_steps` is not known.",
+            code="missing",
+            message=f"is required by lr_policy '{policy}' when `max_steps` is not known",
         )
     return params

@@ -4,113 +4,34 @@ Each rule is written once, here: the config layer checks `lr_policy_params`
 through `registry.check_params` before TensorFlow loads, and the schedule
 classes check their constructor arguments through `check_values`.
 
-Errors are plain `ValueError`s in Keras' wording whose message starts with the
-parameter in backticks ("`power` must be > 0. Received: power=0"); the
-parameter is also kept in the error's `param` attribute, so callers can attach
-the YAML key without parsing the message.
+Errors are `opt_train.errors.ParamError`s: Keras' wording as their text ("`power`
+must be > 0. Received: power=0"), and the parameter, a stable code and the value
+as attributes, so callers attach the YAML key without parsing the message.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-from typing import Callable, NamedTuple
+from opt_train import params as _p
+from opt_train.errors import ParamError
+from opt_train.params import REQUIRED, Param, UnknownNameError
 
-from opt_train.suggest import UnknownNameError
-
-
-class _Required:
-    """Marks a parameter that has no default."""
-
-    def __repr__(self):
-        return "REQUIRED"
+__all__ = ["REQUIRED", "Param", "POLICY_PARAMS", "WARMUP_PARAMS", "check_values", "param_error"]
 
 
-REQUIRED = _Required()
+def param_error(param, text, *, code="out_of_range", message=None, value=None):
+    """A `ParamError` about `param` whose Keras wording is `text` (a rule across values)."""
+    return ParamError(param, code, message or text, value, text=text)
 
 
-class Param(NamedTuple):
-    """One policy parameter: its default (or REQUIRED) and the rule its value obeys."""
-
-    default: object
-    rule: Callable[[str, object], None]
-
-
-def param_error(param, message):
-    """A plain ValueError about `param`, carrying the parameter name."""
-    error = ValueError(message)
-    error.param = param
-    return error
-
-
-def _is_number(value):
-    # NaN and inf are floats but no usable parameter: `.nan` in YAML must fail its rule.
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_whole(value):
-    return _is_number(value) and float(value).is_integer()
-
-
-def _whole(low, *, strict):
-    """A rule: a whole number of steps, > low (strict) or >= low."""
-    sign = ">" if strict else ">="
-
-    def rule(name, value):
-        if not _is_whole(value) or (value <= low if strict else value < low):
-            raise param_error(
-                name, f"`{name}` must be an integer {sign} {low}. Received: {name}={value!r}"
-            )
-
-    return rule
-
-
-def _number(low, *, strict, high=None):
-    """A rule: a real number > low (strict) or >= low, and <= high when given."""
-
-    def rule(name, value):
-        below = not _is_number(value) or (value <= low if strict else value < low)
-        above = high is not None and _is_number(value) and value > high
-        if below or above:
-            if high is not None:
-                expected = f"in {'(' if strict else '['}{low}, {high}]"
-            else:
-                expected = f"{'>' if strict else '>='} {low}"
-            raise param_error(name, f"`{name}` must be {expected}. Received: {name}={value!r}")
-
-    return rule
-
-
-def _optional(rule):
-    """A rule that also accepts None."""
-
-    def optional_rule(name, value):
-        if value is not None:
-            rule(name, value)
-
-    return optional_rule
-
-
-def _boolean(name, value):
-    if not isinstance(value, bool):
-        raise param_error(name, f"`{name}` must be true or false. Received: {name}={value!r}")
-
-
-def _number_list(name, value):
-    if not isinstance(value, (list, tuple)) or not all(_is_number(v) for v in value):
-        raise param_error(name, f"`{name}` must be a list of numbers. Received: {name}={value!r}")
-
-
-def _any_number(name, value):
-    if not _is_number(value):
-        raise param_error(name, f"`{name}` must be a number. Received: {name}={value!r}")
-
-
-POSITIVE_STEPS = _whole(0, strict=True)
-STEPS = _whole(0, strict=False)
-POSITIVE = _number(0, strict=True)
-NON_NEGATIVE = _number(0, strict=False)
-FRACTION = _number(0, strict=False, high=1)
+POSITIVE_STEPS = _p.integer(0, strict=True)
+STEPS = _p.integer(0)
+POSITIVE = _p.number(0, low_open=True)
+NON_NEGATIVE = _p.number(0)
+FRACTION = _p.number(0, 1)
+_boolean = _p.boolean
+_number_list = _p.list_of(_p.number(), text="a list of numbers")
+_any_number = _p.number()
+_optional = _p.optional
 
 # The decay step counts shared by exp, poly, inv_poly and cosine.
 _DECAY = {
@@ -181,16 +102,13 @@ def _check_piecewise(params):
             "decay_rates",
             "`decay_rates` must have one entry per boundary. Received: "
             f"len(boundaries)={len(boundaries)}, len(decay_rates)={len(rates)}",
+            message=f"must have one entry per boundary ({len(boundaries)})",
+            value=rates,
         )
     if any(b < 0 for b in boundaries):
-        raise param_error(
-            "boundaries", f"`boundaries` must all be >= 0. Received: boundaries={boundaries!r}"
-        )
+        raise ParamError("boundaries", "out_of_range", "must all be >= 0", boundaries)
     if any(a >= b for a, b in zip(boundaries, boundaries[1:])):
-        raise param_error(
-            "boundaries",
-            f"`boundaries` must be strictly increasing. Received: boundaries={boundaries!r}",
-        )
+        raise ParamError("boundaries", "out_of_range", "must be strictly increasing", boundaries)
 
 
 # Rules that look at several parameters of one policy; they run after the per-value rules.
@@ -198,12 +116,10 @@ CROSS_CHECKS = {"piecewise": _check_piecewise}
 
 
 def reject_unknown(kind, params, specs):
-    """UnknownNameError for the first parameter that `specs` does not list."""
-    for name in params:
-        if name not in specs:
-            error = UnknownNameError(kind, name, specs)
-            error.param = name
-            raise error
+    """An `unknown_key` error for the first parameter that `specs` does not list."""
+    errors = _p.unknown_keys(specs, params, kind.removesuffix(" parameter"))
+    if errors:
+        raise errors[0]
 
 
 def with_defaults(specs, params, *, owner):
@@ -212,8 +128,8 @@ def with_defaults(specs, params, *, owner):
     for name, spec in specs.items():
         if name in params:
             complete[name] = params[name]
-        elif spec.default is REQUIRED:
-            raise param_error(name, f"`{name}` is required by {owner}.")
+        elif spec.required:
+            raise _p.missing(name, f"by {owner}")
         else:
             complete[name] = spec.default
     return complete

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from opt_train.errors import ParamError
+
 # Default table length when no --every is given.
 TABLE_ROWS = 20
 
@@ -30,7 +32,7 @@ class Summary(NamedTuple):
 def evaluate(schedule, steps):
     """The learning rate at every update 0 .. steps-1, as a float32 NumPy array."""
     if steps < 1:
-        raise ValueError(f"`steps` must be >= 1. Received: steps={steps}")
+        raise ParamError("steps", "out_of_range", "must be >= 1", steps)
     values = schedule(np.arange(steps, dtype=np.int64))
     values = np.asarray(values, dtype=np.float32)
     if values.shape != (steps,):

@@ -64,7 +64,7 @@ def check_params(name, params, *, max_steps=None, steps_per_epoch=None):
     derived once the number of updates is known.
 
     Raises UnknownNameError for an unknown policy or parameter name and
-    ValueError (with a `param` attribute) for a bad value.
+    `ParamError` (parameter, code, value) for a bad value.
     """
     policy = resolve(name)
     specs = POLICY_PARAMS[policy]
@@ -74,6 +74,8 @@ def check_params(name, params, *, max_steps=None, steps_per_epoch=None):
             "learning_rate",
             "`learning_rate` is the base rate and belongs in `optimizer_params`, "
             "not in `lr_policy_params`.",
+            code="unknown_key",
+            message="is the base rate and belongs in `optimizer_params`, not in `lr_policy_params`",
         )
     reject_unknown("lr_policy parameter", params, specs)
     for param, value in params.items():
@@ -112,6 +114,8 @@ def fill_openseq2seq_defaults(policy, params, max_steps, steps_per_epoch):
                 "decay_steps",
                 "`decay_steps` defaults to max_steps - begin_decay_at, which must be > 0. "
                 f"Received: max_steps={max_steps}, begin_decay_at={begin}",
+                message="defaults to max_steps - begin_decay_at, which must be > 0 "
+                f"(max_steps={max_steps}, begin_decay_at={begin})",
             )
         filled["decay_steps"] = int(max_steps - begin)
     if "steps_per_epoch" in specs and "steps_per_epoch" not in filled:
@@ -130,7 +134,8 @@ def check_warmup(params):
     try:
         if not isinstance(params, Mapping):
             raise param_error(
-                "warmup", f"`warmup` must be a mapping with `steps`. Received: warmup={params!r}"
+                "warmup", f"`warmup` must be a mapping with `steps`. Received: warmup={params!r}",
+                code="wrong_type", message="must be a mapping with `steps`", value=params,
             )
         reject_unknown("warmup parameter", params, WARMUP_PARAMS)
         complete = with_defaults(WARMUP_PARAMS, params, owner="`warmup`")

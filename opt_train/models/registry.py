@@ -80,15 +80,15 @@ def split_factory(spec):
     if not isinstance(spec, dict) or set(spec) != {"factory"}:
         keys = sorted(spec) if isinstance(spec, dict) else spec
         raise p.ParamError(
-            "factory",
-            f"A model spec must be a name or {{factory: 'package.module:function'}}. Received: {keys!r}",
+            "factory", "wrong_type", "must be a name or {factory: 'package.module:function'}", keys,
+            text=f"A model spec must be a name or {{factory: 'package.module:function'}}. Received: {keys!r}",
         )
     target = spec["factory"]
-    if not isinstance(target, str):
-        raise p.ParamError("factory", f"`factory` must be 'package.module:function'. Received: factory={target!r}")
-    module, sep, function = target.rpartition(":") if ":" in target else target.rpartition(".")
+    module, sep, function = ("", "", "")
+    if isinstance(target, str):
+        module, sep, function = target.rpartition(":") if ":" in target else target.rpartition(".")
     if not sep or not module or not function.isidentifier():
-        raise p.ParamError("factory", f"`factory` must be 'package.module:function'. Received: factory={target!r}")
+        raise p.ParamError("factory", "wrong_type", "must be 'package.module:function'", target)
     return module, function
 
 
@@ -97,8 +97,9 @@ def _cross_errors(name, filled):
     if name == "transformer" and filled["d_model"] % filled["num_heads"]:
         return [
             p.ParamError(
-                "num_heads",
-                f"`num_heads` must divide `d_model`. Received: num_heads={filled['num_heads']}, "
+                "num_heads", "out_of_range", f"must divide `d_model` ({filled['d_model']})",
+                filled["num_heads"],
+                text=f"`num_heads` must divide `d_model`. Received: num_heads={filled['num_heads']}, "
                 f"d_model={filled['d_model']}",
             )
         ]
@@ -113,7 +114,7 @@ def param_errors(spec, params):
         except ValueError as error:
             return [error]
         return [] if params is None or isinstance(params, dict) else [
-            p.ParamError(None, f"model params must be a mapping. Received: {params!r}")
+            p.ParamError(None, "wrong_type", "model params must be a mapping", params)
         ]
     name = resolve(spec)
     errors = p.param_errors(MODEL_SPECS[name], params, name)
@@ -141,7 +142,9 @@ def check_task(spec, kind):
         return
     name = resolve(spec)
     if kind not in MODEL_TASKS[name]:
-        raise ValueError(
-            f"Model `{name}` cannot be trained on a {kind} task; it serves "
-            f"{' or '.join(MODEL_TASKS[name])}. Received: task={kind}"
+        raise p.ParamError(
+            None, "out_of_range", f"cannot be trained on a {kind} task; it serves "
+            f"{' or '.join(MODEL_TASKS[name])}", name,
+            text=f"Model `{name}` cannot be trained on a {kind} task; it serves "
+            f"{' or '.join(MODEL_TASKS[name])}. Received: task={kind}",
         )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.specs import check_args
 
 
 class Adadelta(Optimizer):
@@ -39,8 +40,7 @@ class Adadelta(Optimizer):
     """
 
     def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-8, name=None, **kwargs):
-        check_range("rho", rho, 0, 1)
-        check_range("epsilon", epsilon, 0)
+        check_args("Adadelta", rho=rho, epsilon=epsilon)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.rho = rho
         self.epsilon = epsilon

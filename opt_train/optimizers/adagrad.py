@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.specs import check_args
 from opt_train.optimizers.gradient_descent import shrink
 
 DEFAULT_LEARNING_RATE = 0.01
@@ -19,7 +20,7 @@ def sparse_rsqrt(accumulator):
 
 
 def _check_accumulator(initial_accumulator_value):
-    check_range("initial_accumulator_value", initial_accumulator_value, 0.0, low_open=True)
+    check_args("Adagrad", initial_accumulator_value=initial_accumulator_value)
 
 
 class Adagrad(Optimizer):
@@ -128,8 +129,11 @@ class ProximalAdagrad(Adagrad):
             name=name,
             **kwargs,
         )
-        check_range("l1_regularization_strength", l1_regularization_strength, 0.0)
-        check_range("l2_regularization_strength", l2_regularization_strength, 0.0)
+        check_args(
+            "ProximalAdagrad",
+            l1_regularization_strength=l1_regularization_strength,
+            l2_regularization_strength=l2_regularization_strength,
+        )
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength
 

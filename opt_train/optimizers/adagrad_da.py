@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
+from opt_train.errors import ParamError
+from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.specs import check_args
 
 DEFAULT_LEARNING_RATE = 0.01
 
@@ -52,19 +54,17 @@ class AdagradDA(Optimizer):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         if not isinstance(initial_gradient_squared_accumulator_value, (int, float)):
             # TF1's second positional argument was `global_step`; this class counts steps itself.
-            raise ValueError(
-                "`initial_gradient_squared_accumulator_value` must be a number (AdagradDA "
-                "counts steps itself and takes no `global_step`). Received: "
-                f"initial_gradient_squared_accumulator_value={initial_gradient_squared_accumulator_value!r}"
+            raise ParamError(
+                "initial_gradient_squared_accumulator_value", "wrong_type",
+                "must be a number (AdagradDA counts steps itself and takes no `global_step`)",
+                initial_gradient_squared_accumulator_value,
             )
-        check_range(
-            "initial_gradient_squared_accumulator_value",
-            initial_gradient_squared_accumulator_value,
-            0.0,
-            low_open=True,
+        check_args(
+            "AdagradDA",
+            initial_gradient_squared_accumulator_value=initial_gradient_squared_accumulator_value,
+            l1_regularization_strength=l1_regularization_strength,
+            l2_regularization_strength=l2_regularization_strength,
         )
-        check_range("l1_regularization_strength", l1_regularization_strength, 0.0)
-        check_range("l2_regularization_strength", l2_regularization_strength, 0.0)
         self.initial_gradient_squared_accumulator_value = initial_gradient_squared_accumulator_value
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength

@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.specs import check_args
 
 
 class Adam(Optimizer):
@@ -56,9 +57,7 @@ class Adam(Optimizer):
         name=None,
         **kwargs,
     ):
-        check_range("beta_1", beta_1, 0, 1, high_open=True)
-        check_range("beta_2", beta_2, 0, 1, high_open=True)
-        check_range("epsilon", epsilon, 0)
+        check_args("Adam", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1 = beta_1
         self.beta_2 = beta_2

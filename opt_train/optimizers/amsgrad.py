@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import check_range, dense
+from opt_train.optimizers.base import dense
+from opt_train.optimizers.specs import check_args
 from opt_train.optimizers.custom import BaseCustomOptimizer
 
 
@@ -57,9 +58,7 @@ class AMSGrad(BaseCustomOptimizer):
         name=None,
         **kwargs,
     ):
-        check_range("beta_1", beta_1, 0, 1, high_open=True)
-        check_range("beta_2", beta_2, 0, 1, high_open=True)
-        check_range("epsilon", epsilon, low=0)
+        check_args("AMSGrad", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.decay = bool(decay)
         self.beta_1 = beta_1

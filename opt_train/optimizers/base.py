@@ -19,33 +19,22 @@ moves over unchanged.
 from __future__ import annotations
 
 import functools
-import numbers
 
 import keras
 import tensorflow as tf
 
-from opt_train.optimizers.registry import reject_pipeline_arguments
+from opt_train import params
+from opt_train.optimizers.specs import base_args
 
 
 def check_range(name, value, low=None, high=None, low_open=False, high_open=False):
-    """Raises a Keras-style ValueError when `value` is outside the interval.
+    """For a user's optimizer subclass: a `ParamError` when `value` is outside the interval.
 
+    opt-train's own optimizers check with their table in `opt_train.optimizers.specs`.
     Example message: "`beta_1` must be in [0, 1). Received: beta_1=1.5".
     """
-    if callable(value):  # a schedule or a callable rate: checked when it is called
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"`{name}` must be a number. Received: {name}={value!r}")
-    below = low is not None and (value <= low if low_open else value < low)
-    above = high is not None and (value >= high if high_open else value > high)
-    if below or above:
-        left = "(" if low_open else "["
-        right = ")" if high_open else "]"
-        lo = "-inf" if low is None else low
-        hi = "inf" if high is None else high
-        raise ValueError(
-            f"`{name}` must be in {left}{lo}, {hi}{right}. Received: {name}={value}"
-        )
+    rule = params.number(low, high, low_open=low_open, high_open=high_open, interval=True, schedules=True)
+    rule(name, value)
 
 
 def dense(gradient):
@@ -198,8 +187,9 @@ class Optimizer(TF1OptimizerAPI, keras.optimizers.Optimizer):
     """
 
     def __init__(self, learning_rate, name=None, **kwargs):
-        # iter_size and loss_scaling are the pipeline's; Keras's twins would do it twice.
-        reject_pipeline_arguments(kwargs)
+        # Keras' base arguments, by their table (iter_size and loss_scaling are the
+        # pipeline's: Keras's twins would do it twice).
+        base_args(kwargs)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self._slots = {}
 

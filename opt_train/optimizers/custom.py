@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.specs import LEARNING_RATE
+from opt_train.optimizers.specs import check_args
 
 
 class BaseCustomOptimizer(Optimizer):
@@ -63,7 +65,7 @@ class BaseCustomOptimizer(Optimizer):
 
     def __init__(self, learning_rate, name=None, **kwargs):
         if isinstance(learning_rate, (int, float)):
-            check_range("learning_rate", learning_rate, low=0)
+            LEARNING_RATE("learning_rate", learning_rate)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
 
     def build(self, var_list):
@@ -201,9 +203,7 @@ class CustomAdam(BaseCustomOptimizer):
     slot_names = ("m", "v")
 
     def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8, name=None, **kwargs):
-        check_range("beta_1", beta_1, 0, 1, high_open=True)
-        check_range("beta_2", beta_2, 0, 1, high_open=True)
-        check_range("epsilon", epsilon, low=0)
+        check_args("CustomAdam", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1 = beta_1
         self.beta_2 = beta_2

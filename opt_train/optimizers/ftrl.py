@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.specs import check_args
 
 
 class Ftrl(Optimizer):
@@ -67,14 +68,15 @@ class Ftrl(Optimizer):
         **kwargs,
     ):
         beta = 0.0 if beta is None else beta
-        check_range("learning_rate_power", learning_rate_power, None, 0)
-        check_range("initial_accumulator_value", initial_accumulator_value, 0)
-        check_range("l1_regularization_strength", l1_regularization_strength, 0)
-        check_range("l2_regularization_strength", l2_regularization_strength, 0)
-        check_range(
-            "l2_shrinkage_regularization_strength", l2_shrinkage_regularization_strength, 0
+        check_args(
+            "Ftrl",
+            learning_rate_power=learning_rate_power,
+            initial_accumulator_value=initial_accumulator_value,
+            l1_regularization_strength=l1_regularization_strength,
+            l2_regularization_strength=l2_regularization_strength,
+            l2_shrinkage_regularization_strength=l2_shrinkage_regularization_strength,
+            beta=beta,
         )
-        check_range("beta", beta, 0)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.learning_rate_power = learning_rate_power
         self.initial_accumulator_value = initial_accumulator_value

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import check_range
 from opt_train.optimizers.custom import BaseCustomOptimizer
+from opt_train.optimizers.specs import check_args
 
 
 class GradVarianceScaled(BaseCustomOptimizer):
@@ -44,9 +44,7 @@ class GradVarianceScaled(BaseCustomOptimizer):
     slot_names = ("m", "v")
 
     def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8, name=None, **kwargs):
-        check_range("beta_1", beta_1, 0, 1, high_open=True)
-        check_range("beta_2", beta_2, 0, 1, high_open=True)
-        check_range("epsilon", epsilon, low=0)
+        check_args("GradVarianceScaled", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1 = beta_1
         self.beta_2 = beta_2

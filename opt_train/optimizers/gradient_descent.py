@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.specs import check_args
 
 DEFAULT_LEARNING_RATE = 0.01
 
@@ -88,8 +89,11 @@ class ProximalGradientDescent(Optimizer):
         **kwargs,
     ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        check_range("l1_regularization_strength", l1_regularization_strength, 0.0)
-        check_range("l2_regularization_strength", l2_regularization_strength, 0.0)
+        check_args(
+            "ProximalGradientDescent",
+            l1_regularization_strength=l1_regularization_strength,
+            l2_regularization_strength=l2_regularization_strength,
+        )
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength
 

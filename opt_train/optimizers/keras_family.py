@@ -14,10 +14,12 @@ the plain names belong to the TF1-form classes.
 
 from __future__ import annotations
 
+import inspect
+
 import keras
 
 from opt_train.optimizers.base import TF1OptimizerAPI
-from opt_train.optimizers.registry import reject_pipeline_arguments
+from opt_train.optimizers.specs import OPTIMIZER_PARAMS, base_args, check_args
 
 _ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
 
@@ -56,7 +58,13 @@ class KerasFamilyMixin(TF1OptimizerAPI):
     _slot_attributes: dict
 
     def __init__(self, *args, **kwargs):
-        reject_pipeline_arguments(kwargs)
+        # The table's rules first, so a bad value is a ParamError with a code, not Keras' own error.
+        given = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments
+        given.update(given.pop("kwargs", {}))
+        own = OPTIMIZER_PARAMS[self._registry_name]
+        # Keras owns `learning_rate` (a float, a schedule or a variable from `from_config`).
+        check_args(self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"})
+        base_args({k: v for k, v in given.items() if k not in own})
         super().__init__(*args, **kwargs)
         self._slots = {}
 

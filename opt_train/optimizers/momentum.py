@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.specs import check_args
 
 DEFAULT_LEARNING_RATE = 0.01
 
@@ -40,8 +41,6 @@ class Momentum(Optimizer):
         **kwargs: The Keras base arguments.
     """
 
-    REQUIRED_PARAMS = ("momentum",)
-
     def __init__(
         self,
         learning_rate=DEFAULT_LEARNING_RATE,
@@ -51,12 +50,7 @@ class Momentum(Optimizer):
         **kwargs,
     ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        if momentum is None:
-            raise ValueError(
-                "`momentum` is required (TF1's MomentumOptimizer has no default), "
-                "e.g. momentum=0.9. Received: momentum=None"
-            )
-        check_range("momentum", momentum, 0.0)
+        check_args("Momentum", momentum=momentum, use_nesterov=use_nesterov)
         self.momentum = momentum
         self.use_nesterov = bool(use_nesterov)
 

@@ -1,19 +1,20 @@
-"""The gradient pipeline's names, defaults and value checks, TF-free for the config layer.
+"""The gradient pipeline's names, defaults and value rules, TF-free for the config layer.
 
 Everything `optimize_loss` accepts from YAML is named here: summary names,
 dtypes, loss-scaler algorithms with their OpenSeq2Seq defaults, LARC parameters
-and the non-finite policies. The `check_*` helpers are pure Python and raise a
-plain `ValueError` in Keras' wording (or `UnknownNameError` for an unknown
-name), so the config layer can report a bad value with its file and line before
-TensorFlow is imported. `optimize_loss` calls the same helpers, so a value is
-judged by one rule whichever way it arrives.
+and the non-finite policies, each as a rule or a `Param` spec of
+`opt_train.params`. The `check_*` helpers raise `ParamError` (parameter, stable
+code, value; Keras' wording as text), so the config layer reports a bad value
+with its file and line before TensorFlow is imported. `optimize_loss` and the
+config layer call the same helpers, so a value is judged by one rule whichever
+way it arrives (YAML, `--set` or Python).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-
+from opt_train import params as p
+from opt_train.errors import ParamError
+from opt_train.params import REQUIRED, Param
 from opt_train.suggest import UnknownNameError, normalize
 
 # What `summaries:` may list (OpenSeq2Seq's OPTIMIZER_SUMMARIES plus loss_scale).
@@ -33,84 +34,82 @@ OPTIMIZER_SUMMARIES = (
 # compute in the low precision through a Keras dtype policy.
 DTYPES = ("float32", "float16", "mixed", "bfloat16", "mixed_bfloat16")
 
-# Loss-scaler algorithm -> {parameter: default}. Backoff and LogMax keep
-# OpenSeq2Seq's defaults (automatic_loss_scaler.py); Dynamic is Keras's
-# LossScaleOptimizer rule (halve on overflow, double after N finite steps).
-LOSS_SCALERS = {
-    "Backoff": {
-        "scale_min": 1.0,
-        "scale_max": 2.0**24,
-        "step_factor": 2.0,
-        "step_window": 2000,
-    },
-    "LogMax": {
-        "scale_min": 1.0,
-        "scale_max": 2.0**24,
-        "log_max": 16.0,
-        "beta1": 0.99,
-        "beta2": 0.999,
-        "overflow_std_dev": 3.09,
-    },
-    "Dynamic": {
-        "initial_scale": 2.0**15,
-        "dynamic_growth_steps": 2000,
-    },
-}
-
-# LARC parameter -> default. `larc_eta` has no default: it is required
-# whenever `larc_params` is given (as in OpenSeq2Seq).
-LARC_PARAMS = {
-    "larc_eta": None,
-    "larc_mode": "clip",
-    "min_update": 1e-7,
-    "epsilon": 1e-7,
-}
-LARC_REQUIRED = ("larc_eta",)
-LARC_MODES = ("clip", "scale")
-
+# Rules of the pipeline's top-level keys; YAML numbers may arrive as strings ("1e-3").
+DTYPE = p.one_of(*DTYPES, kind="dtype", lower=True)
+SUMMARY = p.one_of(*OPTIMIZER_SUMMARIES, kind="summary")
+ITER_SIZE = p.integer(1)
+MAX_GRAD_NORM = p.optional(p.number(0, low_open=True, strings=True))
+MAX_CONSECUTIVE_OVERFLOWS = p.optional(p.integer(1))
 # What happens to a step whose gradients (or float32 loss) are not finite.
 ON_NONFINITE = ("skip", "stop")
+ON_NONFINITE_RULE = p.one_of(*ON_NONFINITE, kind="on_nonfinite policy", lower=True)
 
+_POSITIVE = p.number(0, low_open=True, strings=True)
+_FRACTION = p.number(0, 1, high_open=True, strings=True)
+_WINDOW = p.integer(1)
 
-def _raise_range(name, rule, value):
-    raise ValueError(f"`{name}` must be {rule}. Received: {name}={value!r}")
+# Loss-scaler algorithm -> {parameter: Param}. Backoff and LogMax keep
+# OpenSeq2Seq's defaults (automatic_loss_scaler.py); Dynamic is Keras's
+# LossScaleOptimizer rule (halve on overflow, double after N finite steps).
+LOSS_SCALER_PARAMS = {
+    "Backoff": {
+        "scale_min": Param(1.0, _POSITIVE),
+        "scale_max": Param(2.0**24, _POSITIVE),
+        "step_factor": Param(2.0, p.number(1, low_open=True, strings=True)),
+        "step_window": Param(2000, _WINDOW),
+    },
+    "LogMax": {
+        "scale_min": Param(1.0, _POSITIVE),
+        "scale_max": Param(2.0**24, _POSITIVE),
+        "log_max": Param(16.0, _POSITIVE),
+        "beta1": Param(0.99, _FRACTION),
+        "beta2": Param(0.999, _FRACTION),
+        "overflow_std_dev": Param(3.09, _POSITIVE),
+    },
+    "Dynamic": {
+        "initial_scale": Param(2.0**15, _POSITIVE),
+        "dynamic_growth_steps": Param(2000, _WINDOW),
+    },
+}
+# Algorithm -> {parameter: default}, for listings.
+LOSS_SCALERS = {algo: p.defaults(spec) for algo, spec in LOSS_SCALER_PARAMS.items()}
 
-
-def _is_number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+LARC_MODES = ("clip", "scale")
+# `larc_eta` has no default: it is required whenever `larc_params` is given (as in OpenSeq2Seq).
+LARC_SPEC = {
+    "larc_eta": Param(REQUIRED, _POSITIVE),
+    "larc_mode": Param("clip", p.one_of(*LARC_MODES, kind="larc_mode")),
+    "min_update": Param(1e-7, p.number(0, strings=True)),
+    "epsilon": Param(1e-7, _POSITIVE),
+}
+# LARC parameter -> default (None for the required `larc_eta`).
+LARC_PARAMS = {name: None if spec.required else spec.default for name, spec in LARC_SPEC.items()}
+LARC_REQUIRED = tuple(name for name, spec in LARC_SPEC.items() if spec.required)
 
 
 def check_positive(name, value):
     """`value` must be a finite number > 0."""
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        _raise_range(name, "> 0", value)
-    return value
+    return _POSITIVE(name, value)
 
 
 def check_positive_int(name, value):
     """`value` must be an integer >= 1."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        _raise_range(name, "an integer >= 1", value)
-    return int(value)
+    return _WINDOW(name, value)
 
 
 def check_in_unit_interval(name, value):
     """`value` must be in [0, 1)."""
-    if not _is_number(value) or not 0 <= value < 1:
-        _raise_range(name, "in [0, 1)", value)
-    return value
+    return _FRACTION(name, value)
 
 
 def check_choice(kind, value, choices):
     """`value` must be one of `choices` (exact spelling); else UnknownNameError."""
-    if value not in choices:
-        raise UnknownNameError(kind, value, choices)
-    return value
+    return p.one_of(*choices, kind=kind)(kind, value)
 
 
 def check_dtype(dtype):
-    """The canonical dtype name; accepts the spellings in DTYPES only."""
-    return check_choice("dtype", str(dtype), DTYPES)
+    """The canonical dtype name (any case), one of DTYPES."""
+    return DTYPE("dtype", dtype if isinstance(dtype, str) else str(dtype))
 
 
 def check_summaries(summaries):
@@ -119,36 +118,39 @@ def check_summaries(summaries):
         return ()
     if isinstance(summaries, str):
         summaries = [summaries]
-    return tuple(check_choice("summary", name, OPTIMIZER_SUMMARIES) for name in summaries)
+    if not isinstance(summaries, (list, tuple)):
+        raise ParamError("summaries", "wrong_type", "must be a list", summaries)
+    return tuple(SUMMARY("summary", name) for name in summaries)
 
 
 def check_iter_size(iter_size):
-    return check_positive_int("iter_size", iter_size)
+    return ITER_SIZE("iter_size", iter_size)
 
 
 def check_max_grad_norm(max_grad_norm):
     """None (no clipping) or a number > 0."""
-    if max_grad_norm is None:
-        return None
-    return check_positive("max_grad_norm", max_grad_norm)
+    return MAX_GRAD_NORM("max_grad_norm", max_grad_norm)
 
 
 def check_on_nonfinite(on_nonfinite):
-    return check_choice("on_nonfinite policy", on_nonfinite, ON_NONFINITE)
+    return ON_NONFINITE_RULE("on_nonfinite", on_nonfinite)
 
 
 def check_max_consecutive_overflows(value):
     """None (never stop) or an integer >= 1."""
-    if value is None:
-        return None
-    return check_positive_int("max_consecutive_overflows", value)
+    return MAX_CONSECUTIVE_OVERFLOWS("max_consecutive_overflows", value)
 
 
 def check_unknown_keys(kind, params, known):
-    """Raises UnknownNameError for the first key of `params` not in `known`."""
+    """Raises an `unknown_key` UnknownNameError for the first key of `params` not in `known`."""
     for key in params:
         if key not in known:
-            raise UnknownNameError(kind, key, known)
+            raise UnknownNameError(kind, key, known, code="unknown_key")
+
+
+def larc_param_errors(larc_params):
+    """`(filled, errors)` for a `larc_params` block: every problem, each a `ParamError`."""
+    return p.param_errors(LARC_SPEC, larc_params, "LARC", required_by="when `larc_params` is set")
 
 
 def check_larc_params(larc_params):
@@ -159,27 +161,21 @@ def check_larc_params(larc_params):
     """
     if larc_params is None:
         return None
-    params = dict(larc_params)
-    check_unknown_keys("LARC parameter", params, LARC_PARAMS)
-    if "larc_eta" not in params:
-        raise ValueError("`larc_eta` is required when `larc_params` is set. Received: larc_params="
-                         f"{larc_params!r}")
-    merged = {**LARC_PARAMS, **params}
-    check_positive("larc_eta", merged["larc_eta"])
-    check_choice("larc_mode", merged["larc_mode"], LARC_MODES)
-    if not _is_number(merged["min_update"]) or merged["min_update"] < 0:
-        _raise_range("min_update", ">= 0", merged["min_update"])
-    check_positive("epsilon", merged["epsilon"])
-    return merged
+    filled, errors = larc_param_errors(dict(larc_params))
+    if errors:
+        raise errors[0]
+    return filled
 
 
 def check_clip_and_larc(max_grad_norm, larc_params):
     """Clipping by global norm and LARC exclude each other (as in OpenSeq2Seq)."""
     if max_grad_norm is not None and larc_params is not None:
-        raise ValueError(
-            "`max_grad_norm` and `larc_params` cannot be used together: LARC already "
+        raise ParamError(
+            "larc_params", "conflict",
+            "cannot be used together with max_grad_norm (LARC already bounds each layer's update)",
+            text="`max_grad_norm` and `larc_params` cannot be used together: LARC already "
             f"bounds each layer's update. Received: max_grad_norm={max_grad_norm!r}, "
-            f"larc_params={dict(larc_params)!r}"
+            f"larc_params={dict(larc_params)!r}",
         )
 
 
@@ -188,66 +184,70 @@ def resolve_loss_scaler(name):
     by_key = {normalize(algo): algo for algo in LOSS_SCALERS}
     key = normalize(name)
     if key not in by_key:
-        raise UnknownNameError("loss scaling algorithm", name, LOSS_SCALERS)
+        raise UnknownNameError("loss scaling algorithm", name, LOSS_SCALERS, param="loss_scaling")
     return by_key[key]
 
 
-def _check_backoff(params):
-    check_positive("scale_min", params["scale_min"])
-    check_positive("scale_max", params["scale_max"])
+def _check_scale_bounds(params):
     if params["scale_max"] < params["scale_min"]:
-        _raise_range("scale_max", f">= scale_min ({params['scale_min']!r})", params["scale_max"])
-    if not _is_number(params["step_factor"]) or params["step_factor"] <= 1:
-        _raise_range("step_factor", "> 1", params["step_factor"])
-    check_positive_int("step_window", params["step_window"])
+        raise ParamError("scale_max", "out_of_range", f"must be >= scale_min ({params['scale_min']!r})",
+                         params["scale_max"])
 
 
-def _check_logmax(params):
-    check_positive("scale_min", params["scale_min"])
-    check_positive("scale_max", params["scale_max"])
-    if params["scale_max"] < params["scale_min"]:
-        _raise_range("scale_max", f">= scale_min ({params['scale_min']!r})", params["scale_max"])
-    check_positive("log_max", params["log_max"])
-    check_in_unit_interval("beta1", params["beta1"])
-    check_in_unit_interval("beta2", params["beta2"])
-    check_positive("overflow_std_dev", params["overflow_std_dev"])
+# Rules between one algorithm's parameters, run after each passed its own.
+_LOSS_SCALER_CROSS = {"Backoff": _check_scale_bounds, "LogMax": _check_scale_bounds}
 
 
-def _check_dynamic(params):
-    check_positive("initial_scale", params["initial_scale"])
-    check_positive_int("dynamic_growth_steps", params["dynamic_growth_steps"])
-
-
-_LOSS_SCALER_CHECKS = {"Backoff": _check_backoff, "LogMax": _check_logmax, "Dynamic": _check_dynamic}
+def loss_scaler_param_errors(algorithm, params):
+    """`(filled, errors)` for an algorithm's parameters: every problem, each a `ParamError`."""
+    algorithm = resolve_loss_scaler(algorithm)
+    filled, errors = p.param_errors(
+        LOSS_SCALER_PARAMS[algorithm], dict(params or {}), f"{algorithm} loss scaling"
+    )
+    if not errors and algorithm in _LOSS_SCALER_CROSS:
+        try:
+            _LOSS_SCALER_CROSS[algorithm](filled)
+        except ParamError as error:
+            errors.append(error)
+    return filled, errors
 
 
 def check_loss_scaler_params(algorithm, params):
     """The algorithm's parameters with defaults filled in, each checked."""
-    algorithm = resolve_loss_scaler(algorithm)
-    params = dict(params or {})
-    check_unknown_keys(f"{algorithm} loss scaling parameter", params, LOSS_SCALERS[algorithm])
-    merged = {**LOSS_SCALERS[algorithm], **params}
-    _LOSS_SCALER_CHECKS[algorithm](merged)
-    return merged
+    filled, errors = loss_scaler_param_errors(algorithm, params)
+    if errors:
+        raise errors[0]
+    return filled
+
+
+def _reads_as_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_loss_scaling(loss_scaling, loss_scaling_params=None):
     """Normalizes `loss_scaling` to a float > 0 (static) or a canonical algorithm name.
 
     Returns `(loss_scaling, params)`: params is None for a static scale, else the
-    algorithm's full parameter dict. `loss_scaling_params` with a static scale is
-    an error (it would be silently ignored).
+    algorithm's full parameter dict. A number written as a string ("128") is a
+    static scale. `loss_scaling_params` with a static scale is an error (it would
+    be silently ignored).
     """
-    if isinstance(loss_scaling, str):
+    if isinstance(loss_scaling, str) and not _reads_as_number(loss_scaling):
         algorithm = resolve_loss_scaler(loss_scaling)
         return algorithm, check_loss_scaler_params(algorithm, loss_scaling_params)
-    check_positive("loss_scaling", loss_scaling)
+    scale = float(_POSITIVE("loss_scaling", loss_scaling))
     if loss_scaling_params:
-        raise ValueError(
-            "`loss_scaling_params` needs an automatic `loss_scaling` "
-            f"({', '.join(LOSS_SCALERS)}). Received: loss_scaling={loss_scaling!r}"
+        raise ParamError(
+            "loss_scaling_params", "conflict",
+            f"needs an automatic `loss_scaling` ({', '.join(LOSS_SCALERS)})", None,
+            text="`loss_scaling_params` needs an automatic `loss_scaling` "
+            f"({', '.join(LOSS_SCALERS)}). Received: loss_scaling={loss_scaling!r}",
         )
-    return float(loss_scaling), None
+    return scale, None
 
 
 __all__ = [
@@ -255,7 +255,9 @@ __all__ = [
     "LARC_MODES",
     "LARC_PARAMS",
     "LARC_REQUIRED",
+    "LARC_SPEC",
     "LOSS_SCALERS",
+    "LOSS_SCALER_PARAMS",
     "ON_NONFINITE",
     "OPTIMIZER_SUMMARIES",
     "check_clip_and_larc",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import check_range
 from opt_train.optimizers.custom import BaseCustomOptimizer
+from opt_train.optimizers.specs import check_args
 
 
 class NeuralOptimizer1(BaseCustomOptimizer):
@@ -45,8 +45,7 @@ class NeuralOptimizer1(BaseCustomOptimizer):
     slot_names = ("m",)
 
     def __init__(self, learning_rate, beta_1=0.9, decrease_factor=0.1, name=None, **kwargs):
-        check_range("beta_1", beta_1, 0, 1, high_open=True)
-        check_range("decrease_factor", decrease_factor, low=0)
+        check_args("NeuralOptimizer1", beta_1=beta_1, decrease_factor=decrease_factor)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1 = beta_1
         self.decrease_factor = decrease_factor

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.specs import check_args
 
 
 class NovoGrad(Optimizer):
@@ -75,10 +76,10 @@ class NovoGrad(Optimizer):
         name=None,
         **kwargs,
     ):
-        check_range("beta_1", beta_1, 0, 1)
-        check_range("beta_2", beta_2, 0, 1)
-        check_range("epsilon", epsilon, 0)
-        check_range("coupled_weight_decay", coupled_weight_decay, 0)
+        check_args(
+            "NovoGrad", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+            coupled_weight_decay=coupled_weight_decay, grad_averaging=grad_averaging,
+        )
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1 = beta_1
         self.beta_2 = beta_2

@@ -11,6 +11,7 @@ import importlib
 import inspect
 from collections.abc import Mapping
 
+from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError, normalize
 
 _PACKAGE = "opt_train.optimizers"
@@ -102,13 +103,11 @@ PYTHON_ONLY_PARAMETERS = ("var_list",)
 
 
 def reject_pipeline_arguments(params):
-    """Raises a ValueError for a Keras argument the opt-train gradient pipeline replaces."""
-    for name, replacement in PIPELINE_ARGUMENTS.items():
-        if params.get(name) is not None:
-            raise ValueError(
-                f"`{name}` is not offered: opt-train's gradient pipeline does this; set "
-                f"`{replacement}` in the config instead. Received: {name}={params[name]!r}"
-            )
+    """Raises a `conflict` ParamError for a Keras argument the opt-train gradient pipeline replaces."""
+    from opt_train.optimizers.specs import BASE_PARAMS
+
+    for name in PIPELINE_ARGUMENTS:
+        BASE_PARAMS[name].rule(name, params.get(name))
 
 
 def is_path(name):
@@ -124,12 +123,13 @@ def resolve(name):
     unchanged; it is imported by `get`.
     """
     if not isinstance(name, str):
-        raise ValueError(f"An optimizer name must be a string. Received: {name!r}")
+        raise ParamError(None, "wrong_type", "an optimizer name must be a string", name,
+                         text=f"An optimizer name must be a string. Received: {name!r}")
     if is_path(name):
         return name
     key = normalize(name)
     if key in REPLACED:
-        raise ValueError(REPLACED[key])
+        raise ParamError(None, "unknown_name", REPLACED[key], text=REPLACED[key])
     if key not in _BY_KEY:
         raise UnknownNameError("optimizer", name, OPTIMIZER_NAMES)
     return _BY_KEY[key]
@@ -208,13 +208,17 @@ def class_from_path(path):
     try:
         cls = _import(path, separator)
     except (ImportError, AttributeError, ValueError) as error:
-        raise ValueError(
-            f"Cannot import the optimizer class `{path}`: {error}. Received: optimizer={path!r}"
+        raise ParamError(
+            None, "unknown_name", f"cannot import the optimizer class `{path}`: {error}", path,
+            text=f"Cannot import the optimizer class `{path}`: {error}. Received: optimizer={path!r}",
+            key="optimizer",
         ) from None
     if not (inspect.isclass(cls) and issubclass(cls, _keras_optimizer_base())):
-        raise ValueError(
-            f"`{path}` is not a Keras optimizer class (a subclass of "
-            f"keras.optimizers.Optimizer). Received: optimizer={path!r}"
+        raise ParamError(
+            None, "wrong_type", "is not a Keras optimizer class (a subclass of keras.optimizers.Optimizer)",
+            path, key="optimizer",
+            text=f"`{path}` is not a Keras optimizer class (a subclass of "
+            f"keras.optimizers.Optimizer). Received: optimizer={path!r}",
         )
     return _wrapped_keras_class(cls)
 
@@ -265,9 +269,11 @@ def _rename_alias(params, accepted, spellings, name):
     given = [s for s in spellings if s in params]
     if len(given) > 1:
         received = ", ".join(f"{s}={params[s]!r}" for s in given)
-        raise ValueError(
-            f"`{given[0]}` and `{given[1]}` are two spellings of one parameter of {name}; "
-            f"give one. Received: {received}"
+        raise ParamError(
+            given[0], "conflict", f"and `{given[1]}` are two spellings of one parameter; give one",
+            params[given[0]],
+            text=f"`{given[0]}` and `{given[1]}` are two spellings of one parameter of {name}; "
+            f"give one. Received: {received}",
         )
     target = next((s for s in spellings if s in accepted), None)
     if given and target and given[0] != target:
@@ -284,6 +290,11 @@ def check_params(identifier, params):
     """
     cls = get_class(identifier)
     name = _display_name(cls)
+    if name in _LOCATIONS and OPTIMIZER_CLS_NAMES[name] is cls:
+        # A registered class: its TF-free table, the one `opt-train validate` checks with.
+        from opt_train.optimizers import specs
+
+        return specs.check_params(name, params)
     params = dict(params or {})
     reject_pipeline_arguments(params)
     for short, full in PARAMETER_RENAMES.items():
@@ -293,7 +304,7 @@ def check_params(identifier, params):
         _rename_alias(params, accepted, spellings, name)
     for key in params:
         if key not in accepted:
-            raise UnknownNameError(f"parameter of {name}", key, accepted)
+            raise UnknownNameError(f"parameter of {name}", key, accepted, code="unknown_key")
     return params
 
 
@@ -315,16 +326,17 @@ def get(identifier, **params):
     `get({"class_name": "SGD", "config": {...}})`.
     """
     if identifier is None:
-        raise ValueError("An optimizer is required. Received: optimizer=None")
+        raise ParamError("optimizer", "missing", "is required", None,
+                         text="An optimizer is required. Received: optimizer=None")
     if isinstance(identifier, dict):
         return deserialize(identifier, **params)
     if not isinstance(identifier, (str, type)) and isinstance(
         identifier, _keras_optimizer_base()
     ):
         if params:
-            raise ValueError(
-                "Parameters cannot be given with an optimizer instance. "
-                f"Received: {sorted(params)}"
+            raise ParamError(
+                None, "conflict", "parameters cannot be given with an optimizer instance", sorted(params),
+                text=f"Parameters cannot be given with an optimizer instance. Received: {sorted(params)}",
             )
         return identifier
     return _instantiate(get_class(identifier), params)
@@ -355,7 +367,8 @@ def _class_of_serialized(config):
     class_name = config.get("class_name")
     module = config.get("module") or ""
     if not class_name:
-        raise ValueError(f"A serialized optimizer needs `class_name`. Received: {config!r}")
+        raise ParamError("class_name", "missing", "is required in a serialized optimizer", None,
+                         text=f"A serialized optimizer needs `class_name`. Received: {config!r}")
     if module.startswith("keras"):
         import keras
 
@@ -411,7 +424,9 @@ def describe():
     for family, names in FAMILIES.items():
         for name in names:
             cls = OPTIMIZER_CLS_NAMES[name]
-            required = set(getattr(cls, "REQUIRED_PARAMS", ()))
+            from opt_train.optimizers.specs import required_params
+
+            required = set(required_params(name))
             params = {
                 key: "required" if key in required or default is inspect.Parameter.empty else default
                 for key, default in _own_params(cls).items()

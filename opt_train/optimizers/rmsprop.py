@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, check_range, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.specs import check_args
 
 
 class RMSProp(Optimizer):
@@ -60,9 +61,7 @@ class RMSProp(Optimizer):
         name=None,
         **kwargs,
     ):
-        check_range("rho", rho, 0, 1)
-        check_range("momentum", momentum, 0)
-        check_range("epsilon", epsilon, 0)
+        check_args("RMSProp", rho=rho, momentum=momentum, epsilon=epsilon, centered=centered)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.rho = rho
         self.momentum = momentum

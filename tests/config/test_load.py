@@ -151,7 +151,9 @@ def test_locate_falls_back_to_the_enclosing_key(tmp_path):
 
 
 def test_issue_for_a_problem_found_later(tmp_path):
-    config = load_config([write(tmp_path, "max_steps: 3\noptimizer_params:\n  beta_1: 1.5\n")])
+    # A class by dotted path: only its constructor knows its parameters, so beta_1 loads.
+    text = "max_steps: 3\noptimizer_params:\n  beta_1: 1.5\noptimizer: keras.optimizers.Adam\n"
+    config = load_config([write(tmp_path, text)])
     issue = config.issue("optimizer_params.beta_1", "must be in [0, 1)", "out_of_range", 1.5)
     assert issue.format() == (
         f"{tmp_path / 'run.yaml'}:3: optimizer_params.beta_1: must be in [0, 1). Received: 1.5 [out_of_range]"

@@ -1,0 +1,51 @@
+"""`ParamError`: the one error every check raises, carrying its parameter, a stable code and the value (TF-free)."""
+
+from __future__ import annotations
+
+# The stable codes tests and tools may rely on; the wording of messages may change.
+CODES = (
+    "unknown_key",
+    "unknown_name",
+    "wrong_type",
+    "out_of_range",
+    "conflict",
+    "missing",
+    "yaml_syntax",
+    "file_not_found",
+    "base_cycle",
+    "bad_override",
+    "duplicate_key",
+)
+
+# What a parameter check may say; the others belong to reading files.
+PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing")
+
+
+class ParamError(ValueError):
+    """A parameter that breaks its rule.
+
+    `param` names it (`beta_1`), `code` is one of `PARAM_CODES`, `message` says what
+    is wrong in a few words ("must be > 0"), `value` is what was received. `key`,
+    when set, is the full dotted config key the problem belongs to (`warmup.steps`),
+    for a check that knows it better than the caller. `str()` is the Keras wording,
+    "`beta_1` must be in [0, 1). Received: beta_1=1.5", unless `text` gives another.
+    The config layer reads the attributes only, never the text.
+    """
+
+    def __init__(self, param, code, message, value=None, *, text=None, key=None):
+        if code not in PARAM_CODES:
+            raise AssertionError(f"ParamError code {code!r} is not one of {PARAM_CODES}")
+        self.param = param
+        self.code = code
+        self.message = message
+        self.value = value
+        self.key = key
+        super().__init__(text or keras_text(param, message, value))
+
+
+def keras_text(param, message, value=None):
+    """"`power` must be > 0. Received: power=0" (no "Received" part when `value` is None)."""
+    head = f"`{param}` {message}" if param else message[:1].upper() + message[1:]
+    if value is None:
+        return head if head.endswith(".") else f"{head}."
+    return f"{head}. Received: {param}={value!r}" if param else f"{head}. Received: {value!r}"

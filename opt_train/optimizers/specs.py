@@ -1,0 +1,324 @@
+"""Every registered optimizer's parameters: names, defaults and value rules, TF-free.
+
+The config layer checks `optimizer_params` here before TensorFlow loads
+(`opt-train validate` reaches the verdict `train` would), and each optimizer
+class checks its constructor arguments with `check_args` from the same table,
+so a rule has one home. Keras' base arguments (`weight_decay`, `clipnorm`, ...)
+are in `BASE_PARAMS`; the Keras-family rules follow Keras' own checks where it
+has them (`SGD.momentum` in [0, 1], `Lion.beta_1` in (0, 1], Ftrl's signs).
+"""
+
+from __future__ import annotations
+
+from opt_train import params as p
+from opt_train.errors import ParamError
+from opt_train.optimizers.registry import (
+    PARAMETER_ALIASES,
+    PARAMETER_RENAMES,
+    PIPELINE_ARGUMENTS,
+    POST_INIT_PARAMETERS,
+    is_path,
+    resolve,
+)
+from opt_train.params import REQUIRED, Param
+
+# `learning_rate` in YAML: a number > 0 ("1e-3" too); from Python also a schedule.
+LEARNING_RATE = p.number(0, low_open=True, strings=True, schedules=True)
+
+_FRACTION = p.number(0, 1, high_open=True, interval=True)  # a decay rate beta in [0, 1)
+_UNIT = p.number(0, 1, interval=True)  # [0, 1]
+_NON_NEGATIVE = p.number(0.0, interval=True)
+_NON_NEGATIVE_INT = p.number(0, interval=True)
+_POSITIVE = p.number(0.0, low_open=True, interval=True)
+_NUMBER = p.number()
+_BOOL = p.boolean
+
+
+def _lr(default):
+    return Param(default, LEARNING_RATE)
+
+
+def _pipeline_argument(replacement):
+    def rule(name, value):
+        if value is not None:
+            raise ParamError(
+                name, "conflict",
+                f"is not offered: opt-train's gradient pipeline does this; set `{replacement}` instead",
+                value,
+                text=f"`{name}` is not offered: opt-train's gradient pipeline does this; set "
+                f"`{replacement}` in the config instead. Received: {name}={value!r}",
+            )
+        return value
+
+    return rule
+
+
+# Keras 3's base `Optimizer` arguments, which every optimizer here forwards.
+BASE_PARAMS = {
+    "weight_decay": Param(None, p.optional(_NON_NEGATIVE)),
+    "clipnorm": Param(None, p.optional(_POSITIVE)),
+    "clipvalue": Param(None, p.optional(_POSITIVE)),
+    "global_clipnorm": Param(None, p.optional(_POSITIVE)),
+    "use_ema": Param(False, _BOOL),
+    "ema_momentum": Param(0.99, _UNIT),
+    "ema_overwrite_frequency": Param(None, p.optional(p.integer(1))),
+    "name": Param(None, p.optional(p.string)),
+    # Set by method in Keras (`exclude_from_weight_decay(var_names=...)`); accepted here.
+    "exclude_from_weight_decay": Param(None, p.anything),
+    **{name: Param(None, _pipeline_argument(key)) for name, key in PIPELINE_ARGUMENTS.items()},
+}
+assert set(POST_INIT_PARAMETERS) <= set(BASE_PARAMS)
+
+_L1_L2 = {
+    "l1_regularization_strength": Param(0.0, _NON_NEGATIVE),
+    "l2_regularization_strength": Param(0.0, _NON_NEGATIVE),
+}
+_ADAM = {"beta_1": Param(0.9, _FRACTION), "beta_2": Param(0.999, _FRACTION)}
+_FTRL = {
+    "learning_rate_power": Param(-0.5, p.number(None, 0, interval=True)),
+    "initial_accumulator_value": Param(0.1, _NON_NEGATIVE_INT),
+    "l1_regularization_strength": Param(0.0, _NON_NEGATIVE_INT),
+    "l2_regularization_strength": Param(0.0, _NON_NEGATIVE_INT),
+    "l2_shrinkage_regularization_strength": Param(0.0, _NON_NEGATIVE_INT),
+    "beta": Param(0.0, p.optional(_NON_NEGATIVE_INT)),
+}
+_RETURNN_ADAM = {
+    "learning_rate": _lr(REQUIRED),
+    **_ADAM,
+    "epsilon": Param(1e-8, p.number(0, interval=True)),
+}
+
+# display name -> {parameter: Param}: the class's own constructor arguments.
+OPTIMIZER_PARAMS = {
+    "GradientDescent": {"learning_rate": _lr(0.01)},
+    "ProximalGradientDescent": {"learning_rate": _lr(0.01), **_L1_L2},
+    "Momentum": {
+        "learning_rate": _lr(0.01),
+        # TF1's MomentumOptimizer has no default momentum.
+        "momentum": Param(REQUIRED, _NON_NEGATIVE),
+        "use_nesterov": Param(False, _BOOL),
+    },
+    "Adagrad": {"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, _POSITIVE)},
+    "ProximalAdagrad": {
+        "learning_rate": _lr(0.01),
+        "initial_accumulator_value": Param(0.1, _POSITIVE),
+        **_L1_L2,
+    },
+    "AdagradDA": {
+        "learning_rate": _lr(0.01),
+        "initial_gradient_squared_accumulator_value": Param(0.1, _POSITIVE),
+        **_L1_L2,
+    },
+    "Adadelta": {
+        "learning_rate": _lr(0.001),
+        "rho": Param(0.95, p.number(0, 1, interval=True)),
+        "epsilon": Param(1e-8, p.number(0, interval=True)),
+    },
+    "Adam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))},
+    "LazyAdam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))},
+    "Ftrl": {"learning_rate": _lr(0.01), **_FTRL},
+    "RMSProp": {
+        "learning_rate": _lr(0.01),
+        "rho": Param(0.9, p.number(0, 1, interval=True)),
+        "momentum": Param(0.0, p.number(0, interval=True)),
+        "epsilon": Param(1e-10, p.number(0, interval=True)),
+        "centered": Param(False, _BOOL),
+    },
+    "NovoGrad": {
+        "learning_rate": _lr(1.0),
+        "beta_1": Param(0.95, p.number(0, 1, interval=True)),
+        "beta_2": Param(0.98, p.number(0, 1, interval=True)),
+        "epsilon": Param(1e-8, p.number(0, interval=True)),
+        "coupled_weight_decay": Param(0.0, p.number(0, interval=True)),
+        "grad_averaging": Param(False, _BOOL),
+    },
+    "AMSGrad": {
+        "learning_rate": _lr(0.001),
+        "decay": Param(False, _BOOL),
+        "beta_1": Param(0.9, _FRACTION),
+        "beta_2": Param(0.99, _FRACTION),
+        "epsilon": Param(0.0, p.number(0, interval=True)),
+    },
+    "CustomGradientDescent": {"learning_rate": _lr(REQUIRED)},
+    "CustomAdam": dict(_RETURNN_ADAM),
+    "GradVarianceScaled": dict(_RETURNN_ADAM),
+    "NeuralOptimizer1": {
+        "learning_rate": _lr(REQUIRED),
+        "beta_1": Param(0.9, _FRACTION),
+        "decrease_factor": Param(0.1, p.number(0, interval=True)),
+    },
+    "NormalizedSGD": {"learning_rate": _lr(REQUIRED)},
+    # Keras 3's classes: Keras' defaults.
+    "SGD": {"learning_rate": _lr(0.01), "momentum": Param(0.0, _UNIT), "nesterov": Param(False, _BOOL)},
+    "Adamax": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
+    "Nadam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
+    "AdamW": {
+        "learning_rate": _lr(0.001),
+        "weight_decay": Param(0.004, _NON_NEGATIVE),
+        **_ADAM,
+        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "amsgrad": Param(False, _BOOL),
+    },
+    "Adafactor": {
+        "learning_rate": _lr(0.001),
+        "beta_2_decay": Param(-0.8, _NUMBER),
+        "epsilon_1": Param(1e-30, _NON_NEGATIVE),
+        "epsilon_2": Param(0.001, _NON_NEGATIVE),
+        "clip_threshold": Param(1.0, _NON_NEGATIVE),
+        "relative_step": Param(True, _BOOL),
+    },
+    "Lion": {
+        "learning_rate": _lr(0.001),
+        "beta_1": Param(0.9, p.number(0, 1, low_open=True, interval=True)),
+        "beta_2": Param(0.99, _FRACTION),
+    },
+    "Lamb": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
+    "Muon": {
+        "learning_rate": _lr(0.001),
+        "adam_beta_1": Param(0.9, _FRACTION),
+        "adam_beta_2": Param(0.999, _FRACTION),
+        "adam_weight_decay": Param(0.004, _NON_NEGATIVE),
+        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "weight_decay": Param(0.004, _NON_NEGATIVE),
+        "exclude_layers": Param(None, p.optional(p.list_of(p.string, text="a list of layer names"))),
+        "exclude_embeddings": Param(True, _BOOL),
+        "muon_a": Param(3.4445, _NUMBER),
+        "muon_b": Param(-4.775, _NUMBER),
+        "muon_c": Param(2.0315, _NUMBER),
+        "adam_lr_ratio": Param(1, _POSITIVE),
+        "momentum": Param(0.95, _FRACTION),
+        "ns_steps": Param(5, p.integer(1)),
+        "nesterov": Param(True, _BOOL),
+        "rms_rate": Param(0.2, p.optional(_NON_NEGATIVE)),
+    },
+    "ScheduleFreeAdamW": {
+        "learning_rate": _lr(0.0025),
+        **_ADAM,
+        "epsilon": Param(1e-8, _NON_NEGATIVE),
+        "warmup_steps": Param(0, p.integer(0)),
+    },
+    "KerasAdam": {
+        "learning_rate": _lr(0.001),
+        **_ADAM,
+        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "amsgrad": Param(False, _BOOL),
+    },
+    "KerasAdagrad": {
+        "learning_rate": _lr(0.001),
+        "initial_accumulator_value": Param(0.1, _NON_NEGATIVE),
+        "epsilon": Param(1e-7, _NON_NEGATIVE),
+    },
+    "KerasAdadelta": {
+        "learning_rate": _lr(0.001),
+        "rho": Param(0.95, _UNIT),
+        "epsilon": Param(1e-7, _NON_NEGATIVE),
+    },
+    "KerasFtrl": {"learning_rate": _lr(0.001), **_FTRL},
+    "KerasRMSprop": {
+        "learning_rate": _lr(0.001),
+        "rho": Param(0.9, _UNIT),
+        "momentum": Param(0.0, _NON_NEGATIVE),
+        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "centered": Param(False, _BOOL),
+    },
+}
+
+_CLIPS = ("clipnorm", "clipvalue", "global_clipnorm")
+
+
+def spec(name):
+    """{parameter: Param} optimizer `name` accepts (any spelling): its own, then Keras' base ones."""
+    display = resolve(name)
+    return {**BASE_PARAMS, **OPTIMIZER_PARAMS[display]}
+
+
+def _rename(params, accepted, display):
+    """`params` with the spelling the class takes (`beta1` -> `beta_1`, `lr` -> `learning_rate`)."""
+    params = dict(params)
+    errors = []
+    pairs = [(short, full) for short, full in PARAMETER_RENAMES.items()] + list(PARAMETER_ALIASES)
+    for spellings in pairs:
+        given = [s for s in spellings if s in params]
+        if len(given) > 1:
+            received = ", ".join(f"{s}={params[s]!r}" for s in given)
+            errors.append(ParamError(
+                given[0], "conflict", f"and `{given[1]}` are two spellings of one parameter; give one",
+                params[given[0]],
+                text=f"`{given[0]}` and `{given[1]}` are two spellings of one parameter of {display}; "
+                f"give one. Received: {received}",
+            ))
+            continue
+        target = next((s for s in spellings if s in accepted), None)
+        if given and target and given[0] != target:
+            params[target] = params.pop(given[0])
+    return params, errors
+
+
+def param_errors(name, params):
+    """`(params, errors)`: `params` renamed to the class's spellings, and every problem with them.
+
+    `name` is a registered optimizer (any spelling); a dotted path is the user's
+    class, whose parameters only its constructor knows: only `learning_rate` is checked.
+    """
+    params = dict(params or {})
+    if is_path(name):
+        errors = []
+        if "learning_rate" in params:
+            try:
+                LEARNING_RATE("learning_rate", params["learning_rate"])
+            except ParamError as error:
+                errors.append(error)
+        return params, errors
+    display = resolve(name)
+    table = spec(display)
+    params, errors = _rename(params, table, display)
+    _, found = p.param_errors(
+        table, params, display, required_by=f"by {display}", key_kind=f"parameter of {display}"
+    )
+    errors += found
+    clips = [key for key in _CLIPS if params.get(key) is not None]
+    if len(clips) > 1:
+        errors.append(ParamError(
+            clips[1], "conflict", f"cannot be used together with `{clips[0]}`; set one", params[clips[1]],
+        ))
+    return params, errors
+
+
+def check_params(name, params):
+    """`params` renamed to the class's spellings; raises the first problem (a `ParamError`)."""
+    params, errors = param_errors(name, params)
+    if errors:
+        raise errors[0]
+    return params
+
+
+def check_args(display, **values):
+    """For an optimizer's `__init__`: checks the given constructor arguments with the table's rules.
+
+    A required argument given as None is `missing`.
+    """
+    table = OPTIMIZER_PARAMS[display]
+    for name, value in values.items():
+        param = table[name]
+        if param.required and value is None:
+            raise ParamError(
+                name, "missing", f"is required by {display}", None,
+                text=f"`{name}` is required by {display} (it has no default). Received: {name}=None",
+            )
+        param.rule(name, value)
+
+
+def base_args(values):
+    """Checks Keras' base arguments given to any optimizer's `__init__` (`clipnorm`, `use_ema`, ...)."""
+    for name, value in values.items():
+        if name in BASE_PARAMS:
+            BASE_PARAMS[name].rule(name, value)
+    clips = [key for key in _CLIPS if values.get(key) is not None]
+    if len(clips) > 1:
+        raise ParamError(clips[1], "conflict", f"cannot be used together with `{clips[0]}`; set one",
+                         values[clips[1]])
+
+
+def required_params(name):
+    """The parameters optimizer `name` needs a value for (`momentum` for Momentum)."""
+    return tuple(key for key, param in OPTIMIZER_PARAMS[resolve(name)].items() if param.required)

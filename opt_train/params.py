@@ -1,0 +1,271 @@
+"""The one parameter mechanism: `Param(default, rule)`, the `REQUIRED` sentinel, value rules and spec checks (TF-free).
+
+A spec is a dict `{name: Param}`. A rule is `rule(name, value) -> value`: it returns the
+value as the consumer should use it (`4.0` -> `4` for an integer) or raises `ParamError`
+with the parameter, a stable code and the value. Data and model parameters, lr policies,
+warm-up, loss scalers, LARC, the pipeline keys, every optimizer's parameters and the
+sweep spec are written with these, so one key has one rule and one default, whether it
+arrives from YAML, `--set` or the Python API.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from opt_train.errors import ParamError
+from opt_train.suggest import UnknownNameError
+
+
+class _Required:
+    """The default of a parameter the user must give."""
+
+    def __repr__(self):
+        return "REQUIRED"
+
+    def __reduce__(self):
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its default (or `REQUIRED`), the rule its value must pass, a one-line doc."""
+
+    default: Any
+    rule: Callable[[str, Any], Any]
+    doc: str = ""
+
+    @property
+    def required(self):
+        return self.default is REQUIRED
+
+
+def fail(name, code, message, value, rule_text=None):
+    """Raises `ParamError`; `rule_text` is the whole rule for the Keras wording ("an integer >= 1")."""
+    text = None
+    if rule_text is not None:
+        text = f"`{name}` must be {rule_text}. Received: {name}={value!r}"
+    raise ParamError(name, code, message, value, text=text)
+
+
+# ----- value rules: rule(name, value) -> value, or raise ParamError -----
+
+
+def is_number(value):
+    """A finite real number, booleans excluded (`.nan` in YAML must fail its rule)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _as_number(name, value, rule_text, strings):
+    if strings and isinstance(value, str):
+        try:
+            value_f = float(value)
+        except ValueError:
+            fail(name, "wrong_type", "must be a number", value, rule_text)
+        if not math.isfinite(value_f):
+            fail(name, "out_of_range", "must be a finite number", value, rule_text)
+        return value_f
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        fail(name, "wrong_type", "must be a number", value, rule_text)
+    if not math.isfinite(value):
+        fail(name, "out_of_range", "must be a finite number", value, rule_text)
+    return value
+
+
+def number(low=None, high=None, *, low_open=False, high_open=False, interval=False, strings=False,
+           schedules=False, text=None):
+    """A finite number in a range. The range reads "> 0", "in [0, 1)", or with `interval` "in [0.0, inf]".
+
+    `strings` lets "1e-3" pass as a float; `schedules` lets a callable (an lr schedule) through.
+    """
+    if high is None and low is not None and not interval:
+        bound = f"{'>' if low_open else '>='} {low}"
+    elif low is None and high is not None and not interval:
+        bound = f"{'<' if high_open else '<='} {high}"
+    elif low is None and high is None:
+        bound = None
+    else:
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        bound = f"in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
+    rule_text = text or bound or "a number"
+
+    def rule(name, value):
+        if schedules and callable(value):
+            return value
+        checked = _as_number(name, value, None if rule_text == "a number" else rule_text, strings)
+        below = low is not None and (checked <= low if low_open else checked < low)
+        above = high is not None and (checked >= high if high_open else checked > high)
+        if below or above:
+            fail(name, "out_of_range", f"must be {rule_text}", value)
+        return float(checked)
+
+    return rule
+
+
+def integer(low=None, *, strict=False, text=None, whole_floats=True):
+    """An integer (`4.0` passes as 4 unless not `whole_floats`), at least `low` (or above it, `strict`)."""
+    bound = None if low is None else f"{'>' if strict else '>='} {low}"
+    rule_text = text or ("an integer" + (f" {bound}" if bound else ""))
+
+    def rule(name, value):
+        whole = is_number(value) and float(value).is_integer()
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            checked = int(value)
+        elif whole_floats and whole:
+            checked = int(value)
+        else:
+            fail(name, "wrong_type", "must be an integer", value, rule_text)
+        if low is not None and (checked <= low if strict else checked < low):
+            fail(name, "out_of_range", f"must be {bound}", value, rule_text)
+        return checked
+
+    return rule
+
+
+def boolean(name, value):
+    if not isinstance(value, bool):
+        fail(name, "wrong_type", "must be true or false", value)
+    return value
+
+
+def string(name, value):
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        fail(name, "wrong_type", "must be a non-empty string", value)
+    return value
+
+
+def regex(name, value):
+    """A string that compiles as a Python regular expression."""
+    string(name, value)
+    try:
+        re.compile(value)
+    except re.error as error:
+        fail(name, "wrong_type", f"is not a valid regular expression ({error})", value)
+    return value
+
+
+def mapping(name, value):
+    """A mapping (copied); None counts as `{}`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        fail(name, "wrong_type", "must be a mapping", value)
+    return dict(value)
+
+
+def optional(rule):
+    """`None` passes unchanged; anything else must pass `rule`."""
+
+    def optional_rule(name, value):
+        return None if value is None else rule(name, value)
+
+    return optional_rule
+
+
+def one_of(*choices, kind=None, lower=False):
+    """A name among `choices` (compared lowercase when `lower`); else `UnknownNameError`."""
+
+    def rule(name, value):
+        if not isinstance(value, str):
+            fail(name, "wrong_type", f"must be one of {', '.join(choices)}", value)
+        picked = value.lower() if lower else value
+        if picked not in choices:
+            raise UnknownNameError(kind or name, value, choices, param=name)
+        return picked
+
+    return rule
+
+
+def list_of(item_rule, *, text, non_empty=False):
+    """A list (or tuple) whose items pass `item_rule`; `text` describes the whole ("a list of numbers")."""
+
+    def rule(name, value):
+        if not isinstance(value, (list, tuple)) or (non_empty and not value):
+            fail(name, "wrong_type", f"must be {text}", value, text)
+        checked = []
+        for item in value:
+            try:
+                checked.append(item_rule(name, item))
+            except ParamError as error:
+                fail(name, error.code, f"must be {text}", value, text)
+        return list(checked)
+
+    return rule
+
+
+def anything(name, value):
+    return value
+
+
+# ----- checking a whole params dict against a spec -----
+
+
+def defaults(spec):
+    """{name: default} of a spec, `REQUIRED` where there is none."""
+    return {name: param.default for name, param in spec.items()}
+
+
+def unknown_keys(spec, params, kind, *, key_kind=None):
+    """An `unknown_key` error for each key of `params` that `spec` does not list."""
+    return [
+        UnknownNameError(key_kind or f"{kind} parameter", key, list(spec), code="unknown_key")
+        for key in params
+        if key not in spec
+    ]
+
+
+def missing(name, required_by, value=None):
+    """The error for a required parameter that was not given: "is required by lr_policy 'exp'"."""
+    return ParamError(name, "missing", f"is required {required_by}", value)
+
+
+def param_errors(spec, params, kind, *, required_by=None, key_kind=None):
+    """`(filled, errors)`: `params` checked against `spec`, with defaults filled, and every problem found.
+
+    `kind` names the owner in unknown-key messages ("lr_policy", "dataset npz");
+    `required_by` in missing-parameter ones (defaults to "by <kind>").
+    """
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        return {}, [ParamError(None, "wrong_type", f"{kind} params must be a mapping", params)]
+    errors = unknown_keys(spec, params, kind, key_kind=key_kind)
+    unknown = bool(errors)
+    filled = {}
+    for key, param in spec.items():
+        if key not in params:
+            # A misspelt key is most likely the required one: say that once, not twice.
+            if param.required and not unknown:
+                errors.append(missing(key, required_by or f"by {kind}"))
+            else:
+                filled[key] = param.default
+            continue
+        try:
+            filled[key] = param.rule(key, params[key])
+        except ParamError as error:
+            errors.append(error)
+    return filled, errors
+
+
+def check_params(spec, params, kind, *, required_by=None, key_kind=None):
+    """`params` checked against `spec`, defaults filled in; raises the first problem found."""
+    filled, errors = param_errors(spec, params, kind, required_by=required_by, key_kind=key_kind)
+    if errors:
+        raise errors[0]
+    return filled
+
+
+class ParamErrors(ValueError):
+    """Several `ParamError`s from one check, all to be reported; the first one's text is the message."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        super().__init__(str(self.errors[0]) if self.errors else "")
