@@ -91,8 +91,8 @@ def number(low=None, high=None, *, low_open=False, high_open=False, interval=Fal
     elif low is None and high is None:
         bound = None
     else:
-        left = "(" if low_open or low is None else "["
-        right = ")" if high_open or high is None else "]"
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
         bound = f"in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
     rule_text = text or bound or "a number"
 

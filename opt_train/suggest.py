@@ -61,3 +61,42 @@ class UnknownNameError(ParamError):
         else:
             message = text
         super().__init__(param, code, message, None, text=text)
+
+
+class Registry:
+    """The names of one kind (optimizers, datasets, ...): found by any spelling, did-you-mean on a miss.
+
+    `resolve` accepts any case, `_`/`-` and a trailing "optimizer" (`normalize`), and
+    the `aliases` ({alias: canonical}, e.g. OpenSeq2Seq's function names of lr
+    policies); an unknown name raises `UnknownNameError` suggesting the closest of
+    the names and aliases, with `param` as the parameter whose value it is.
+    """
+
+    def __init__(self, kind, names, aliases=None, *, param=None):
+        self.kind = kind
+        self.names = tuple(names)
+        self.param = param
+        aliases = dict(aliases or {})
+        self.candidates = self.names + tuple(alias for alias in aliases if alias not in self.names)
+        self._by_key = {normalize(alias): canonical for alias, canonical in aliases.items()}
+        self._by_key.update({normalize(name): name for name in self.names})
+
+    def resolve(self, name):
+        """The canonical name for `name`; `UnknownNameError` when there is none."""
+        canonical = self._by_key.get(normalize(name)) if isinstance(name, str) else None
+        if canonical is None:
+            raise UnknownNameError(self.kind, name, self.candidates, param=self.param)
+        return canonical
+
+    def get(self, name):
+        """The canonical name for `name`, or None."""
+        return self._by_key.get(normalize(name)) if isinstance(name, str) else None
+
+    def __contains__(self, name):
+        return self.get(name) is not None
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)

@@ -17,10 +17,8 @@ def list_command(topic):
 
 
 def _optimizers():
-    from opt_train.cli.common import import_tensorflow
     from opt_train.optimizers import registry
 
-    import_tensorflow()
     for name, family, params in registry.describe():
         yield f"{name:<26} [{family}] {_params(params)}"
 
@@ -56,20 +54,16 @@ def _summaries():
 
 
 def _loss_scalers():
-    from opt_train.optimizers.names import LOSS_SCALERS
+    from opt_train.optimizers.names import LOSS_SCALER_PARAMS
 
     yield "loss_scaling: <number>   (a static scale)"
-    for name, params in LOSS_SCALERS.items():
-        yield f"loss_scaling: {name:<10} {_params(params)}"
+    for name, specs in LOSS_SCALER_PARAMS.items():
+        yield f"loss_scaling: {name:<10} {_params(_defaults(specs))}"
 
 
 def _defaults(specs):
-    """{param: default} from a spec table; a default that is a sentinel object means required."""
-    plain = (str, int, float, bool, list, tuple, dict, type(None))
-    return {
-        key: spec.default if isinstance(spec.default, plain) else "required"
-        for key, spec in specs.items()
-    }
+    """{param: default} from a `Param` table, "required" where the default is `REQUIRED`."""
+    return {key: "required" if spec.required else spec.default for key, spec in specs.items()}
 
 
 def _params(params):

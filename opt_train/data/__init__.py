@@ -6,16 +6,10 @@ are TF-free, and `build_data` / `DataBundle` load `opt_train.data.pipeline` on f
 
 from opt_train.data.registry import DATASET_NAMES, check_params, resolve, task_kind
 from opt_train.data.task import Task
+from opt_train.lazy import lazy_exports
 
-_LAZY = {"build_data": "opt_train.data.pipeline", "DataBundle": "opt_train.data.pipeline"}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"build_data": "pipeline:build_data", "DataBundle": "pipeline:DataBundle"}
+)
 
 __all__ = ["DATASET_NAMES", "DataBundle", "Task", "build_data", "check_params", "resolve", "task_kind"]

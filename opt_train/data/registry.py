@@ -7,7 +7,7 @@ receive exactly these parameters, with these defaults.
 from __future__ import annotations
 
 from opt_train.data import params as p
-from opt_train.suggest import UnknownNameError, normalize
+from opt_train.suggest import Registry
 
 TASK_KINDS = ("classification", "regression")
 
@@ -77,15 +77,12 @@ DATASET_SUMMARIES = {
 
 DATASET_NAMES = tuple(DATASET_SPECS)
 
-_BY_KEY = {normalize(name): name for name in DATASET_NAMES}
+DATASETS = Registry("dataset", DATASET_NAMES)
 
 
 def resolve(name):
     """The canonical dataset name (case and `_`/`-` ignored); raises UnknownNameError."""
-    canonical = _BY_KEY.get(normalize(name)) if isinstance(name, str) else None
-    if canonical is None:
-        raise UnknownNameError("dataset", name, DATASET_NAMES)
-    return canonical
+    return DATASETS.resolve(name)
 
 
 def param_errors(name, params):

@@ -8,8 +8,7 @@ Importing this package imports no TensorFlow: the registry (`POLICY_NAMES`,
 
 from __future__ import annotations
 
-import importlib
-
+from opt_train.lazy import lazy_exports
 from opt_train.lr_policies.registry import (
     FUNCTION_NAMES,
     POLICY_NAMES,
@@ -19,11 +18,11 @@ from opt_train.lr_policies.registry import (
     resolve,
 )
 
-# public name -> the module that defines it, imported when the name is first used.
+# public name -> "module:attribute", imported when the name is first used.
 _LAZY = {
-    "get_lr_policy": "factory",
+    "get_lr_policy": "factory:get_lr_policy",
     **{
-        name: "schedules"
+        name: f"schedules:{name}"
         for name in (
             "PolicySchedule",
             "FixedLR",
@@ -37,21 +36,9 @@ _LAZY = {
             "SCHEDULE_CLASSES",
         )
     },
-    **{name: "functional" for name in FUNCTION_NAMES.values()},
+    **{name: f"functional:{name}" for name in FUNCTION_NAMES.values()},
 }
-
-
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -20,7 +20,7 @@ from opt_train.lr_policies.params import (
     reject_unknown,
     with_defaults,
 )
-from opt_train.suggest import UnknownNameError, normalize
+from opt_train.suggest import Registry
 
 # Canonical short names, in the order the README lists them.
 POLICY_NAMES = ("fixed", "exp", "poly", "inv_poly", "piecewise", "transformer", "cosine")
@@ -36,15 +36,12 @@ FUNCTION_NAMES = {
     "cosine": "cosine_decay",
 }
 
-_BY_KEY = {normalize(alias): name for name, fn in FUNCTION_NAMES.items() for alias in (name, fn)}
+POLICIES = Registry("lr_policy", POLICY_NAMES, {fn: name for name, fn in FUNCTION_NAMES.items()})
 
 
 def resolve(name):
     """The canonical name for `name` (`'Poly_Decay'` -> `'poly'`); UnknownNameError if none."""
-    canonical = _BY_KEY.get(normalize(name)) if isinstance(name, str) else None
-    if canonical is None:
-        raise UnknownNameError("lr_policy", name, POLICY_NAMES + tuple(FUNCTION_NAMES.values()))
-    return canonical
+    return POLICIES.resolve(name)
 
 
 def parameter_names(name):

@@ -9,7 +9,7 @@ model spec in YAML is either one of `MODEL_NAMES` or `{factory: "package.module:
 from __future__ import annotations
 
 from opt_train.data import params as p
-from opt_train.suggest import UnknownNameError, normalize
+from opt_train.suggest import Registry
 
 # Keras 3 activation names (keras.activations.get accepts each; tests check that).
 ACTIVATIONS = (
@@ -59,7 +59,7 @@ MODEL_TASKS = {
 
 MODEL_NAMES = tuple(MODEL_SPECS)
 
-_BY_KEY = {normalize(name): name for name in MODEL_NAMES}
+MODELS = Registry("model", MODEL_NAMES)
 
 
 def is_factory(spec):
@@ -69,10 +69,7 @@ def is_factory(spec):
 
 def resolve(name):
     """The canonical model name (case and `_`/`-` ignored); raises UnknownNameError."""
-    canonical = _BY_KEY.get(normalize(name)) if isinstance(name, str) else None
-    if canonical is None:
-        raise UnknownNameError("model", name, MODEL_NAMES)
-    return canonical
+    return MODELS.resolve(name)
 
 
 def split_factory(spec):

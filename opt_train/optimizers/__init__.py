@@ -7,7 +7,7 @@ package does not import TensorFlow. To export something new, add one line to
 
 from __future__ import annotations
 
-import importlib
+from opt_train.lazy import lazy_exports
 
 _EXPORTS = {
     "OPTIMIZER_NAMES": "registry:OPTIMIZER_NAMES",
@@ -36,16 +36,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module_name, _, attribute = _EXPORTS[name].partition(":")
-    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

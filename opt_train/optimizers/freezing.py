@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from opt_train import params
+
 
 def variable_path(variable):
     """The name a regex is matched against: Keras's `path` ("dense/kernel"), else the TF name without ":0"."""
@@ -18,13 +20,8 @@ def split_frozen(variables, regex=None):
     """
     if regex is None:
         return list(variables), []
-    try:
-        pattern = re.compile(regex)
-    except re.error as error:
-        raise ValueError(
-            f"`freeze_variables_regex` must be a valid regular expression ({error}). "
-            f"Received: freeze_variables_regex={regex!r}"
-        ) from None
+    # The config layer's rule for the key, so YAML and Python are judged alike.
+    pattern = re.compile(params.regex("freeze_variables_regex", regex))
     trainable, frozen = [], []
     for variable in variables:
         (frozen if pattern.search(variable_path(variable)) else trainable).append(variable)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param
-from opt_train.suggest import UnknownNameError, normalize
+from opt_train.suggest import Registry, UnknownNameError
 
 # What `summaries:` may list (OpenSeq2Seq's OPTIMIZER_SUMMARIES plus loss_scale).
 OPTIMIZER_SUMMARIES = (
@@ -71,6 +71,7 @@ LOSS_SCALER_PARAMS = {
         "dynamic_growth_steps": Param(2000, _WINDOW),
     },
 }
+LOSS_SCALER_NAMES = Registry("loss scaling algorithm", LOSS_SCALER_PARAMS, param="loss_scaling")
 # Algorithm -> {parameter: default}, for listings.
 LOSS_SCALERS = {algo: p.defaults(spec) for algo, spec in LOSS_SCALER_PARAMS.items()}
 
@@ -181,11 +182,7 @@ def check_clip_and_larc(max_grad_norm, larc_params):
 
 def resolve_loss_scaler(name):
     """The canonical algorithm name in LOSS_SCALERS, matched case-insensitively."""
-    by_key = {normalize(algo): algo for algo in LOSS_SCALERS}
-    key = normalize(name)
-    if key not in by_key:
-        raise UnknownNameError("loss scaling algorithm", name, LOSS_SCALERS, param="loss_scaling")
-    return by_key[key]
+    return LOSS_SCALER_NAMES.resolve(name)
 
 
 def _check_scale_bounds(params):

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import keras
 
+from opt_train.errors import ParamError
 from opt_train.optimizers import names, registry
 from opt_train.optimizers.accumulation import accumulate
 from opt_train.optimizers.allreduce import allreduce
@@ -184,9 +185,12 @@ class TrainOp(tf.Module):
             return self
         variables, frozen = split_frozen(self._resolve_variables(batch), self._freeze_regex)
         if not variables:
-            raise ValueError(
-                "No variable left to train. Received: freeze_variables_regex="
-                f"{self._freeze_regex!r} matched all {len(frozen)} variables"
+            raise ParamError(
+                "freeze_variables_regex", "out_of_range",
+                f"matches all {len(frozen)} variables: no variable left to train", self._freeze_regex,
+                key="freeze_variables_regex",
+                text="No variable left to train. Received: freeze_variables_regex="
+                f"{self._freeze_regex!r} matched all {len(frozen)} variables",
             )
         self.variables_to_train = variables
         self.frozen_variables = frozen

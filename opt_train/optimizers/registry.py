@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Mapping
 
 from opt_train.errors import ParamError
-from opt_train.suggest import UnknownNameError, normalize
+from opt_train.suggest import Registry, UnknownNameError, normalize
 
 _PACKAGE = "opt_train.optimizers"
 
@@ -70,7 +70,7 @@ FAMILIES = {
 }
 _LOCATIONS = {name: where for family in FAMILIES.values() for name, where in family.items()}
 OPTIMIZER_NAMES = tuple(_LOCATIONS)
-_BY_KEY = {normalize(name): name for name in OPTIMIZER_NAMES}
+OPTIMIZERS = Registry("optimizer", OPTIMIZER_NAMES)
 
 # Names TF1 / RETURNN users know that are not optimizers here, and what replaces them.
 REPLACED = {
@@ -130,9 +130,7 @@ def resolve(name):
     key = normalize(name)
     if key in REPLACED:
         raise ParamError(None, "unknown_name", REPLACED[key], text=REPLACED[key])
-    if key not in _BY_KEY:
-        raise UnknownNameError("optimizer", name, OPTIMIZER_NAMES)
-    return _BY_KEY[key]
+    return OPTIMIZERS.resolve(name)
 
 
 def family_of(name):
@@ -196,7 +194,7 @@ def _tf1_class_name(path):
     if not (module.startswith("tf.") or module.startswith("tensorflow")):
         return None
     key = normalize(attribute)
-    return _BY_KEY.get(key) if _BY_KEY.get(key) in TF1_FAMILY else None
+    return OPTIMIZERS.get(key) if OPTIMIZERS.get(key) in TF1_FAMILY else None
 
 
 def class_from_path(path):
@@ -399,37 +397,21 @@ def deserialize(config, custom_objects=None, **params):
     return _instantiate(cls, kwargs)
 
 
-def _own_params(cls):
-    """The constructor parameters of `cls`, without Keras base ones that keep the base default.
-
-    `learning_rate` is always kept; so is e.g. AdamW's `weight_decay`, whose
-    default differs from the base's.
-    """
-    base = signature_params(_keras_optimizer_base())
-    return {
-        name: default
-        for name, default in signature_params(cls).items()
-        if name == "learning_rate"
-        or (name not in PIPELINE_ARGUMENTS and name != "name" and base.get(name, object()) != default)
-    }
-
-
 def describe():
-    """[(name, family, {parameter: default})] for every registered optimizer.
+    """[(name, family, {parameter: default})] for every registered optimizer, TF-free.
 
-    A required parameter's default is the string "required". The Keras base
-    arguments common to all (weight_decay, clipnorm, ...) are left out.
+    Read from the table in `opt_train.optimizers.specs`; a required parameter's
+    default is the string "required". The Keras base arguments common to all
+    (weight_decay, clipnorm, ...) are left out, unless the class has its own default.
     """
+    from opt_train.optimizers.specs import OPTIMIZER_PARAMS
+
     rows = []
     for family, names in FAMILIES.items():
         for name in names:
-            cls = OPTIMIZER_CLS_NAMES[name]
-            from opt_train.optimizers.specs import required_params
-
-            required = set(required_params(name))
             params = {
-                key: "required" if key in required or default is inspect.Parameter.empty else default
-                for key, default in _own_params(cls).items()
+                key: "required" if param.required else param.default
+                for key, param in OPTIMIZER_PARAMS[name].items()
             }
             rows.append((name, family, params))
     return rows

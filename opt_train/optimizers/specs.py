@@ -247,6 +247,9 @@ def _rename(params, accepted, display):
                 text=f"`{given[0]}` and `{given[1]}` are two spellings of one parameter of {display}; "
                 f"give one. Received: {received}",
             ))
+            for spelling in given:  # reported once, as a conflict, not again as unknown
+                if spelling not in accepted:
+                    params.pop(spelling)
             continue
         target = next((s for s in spellings if s in accepted), None)
         if given and target and given[0] != target:

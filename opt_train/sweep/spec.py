@@ -10,9 +10,11 @@ import math
 
 import yaml
 
+from opt_train import params as p
 from opt_train.config import ConfigError, ConfigIssue
 from opt_train.config.source import parse_scalar
-from opt_train.suggest import closest
+from opt_train.errors import ParamError
+from opt_train.suggest import UnknownNameError
 
 # Where problems with `--grid` / `--random` etc. are said to come from.
 GRID_OPTION = "--grid"
@@ -67,7 +69,7 @@ class SweepOptions:
 
 
 class _Issues:
-    """Collects problems so the user sees all of them at once."""
+    """Collects problems so the user sees all of them at once: the config layer's `ConfigIssue`s."""
 
     def __init__(self, locate):
         self.locate = locate
@@ -79,6 +81,13 @@ class _Issues:
 
     def option(self, where, key, code, message, value=None):
         self.found.append(ConfigIssue(where, 0, key, code, message, value))
+
+    def error(self, key, error, option=None):
+        """A rule's `ParamError`, at block `key` or, from the command line, at `option`."""
+        if option is None:
+            self.block(key, error.code, error.message, error.value)
+        else:
+            self.option(option, "", error.code, error.message, error.value)
 
 
 def split_values(text):
@@ -162,11 +171,8 @@ def _known_block(block, issues):
     if not isinstance(block, dict):
         issues.block("sweep", "wrong_type", "must be a mapping", block)
         return {}
-    for key in block:
-        if key not in BLOCK_KEYS:
-            hint = closest(str(key), BLOCK_KEYS)
-            message = f"unknown sweep key; did you mean '{hint}'?" if hint else "unknown sweep key"
-            issues.block(f"sweep.{key}", "unknown_key", f"{message} (valid: {', '.join(BLOCK_KEYS)})")
+    for error in p.unknown_keys(BLOCK_KEYS, block, "sweep", key_kind="sweep key"):
+        issues.error(f"sweep.{error.param}", error)
     return {key: value for key, value in block.items() if key in BLOCK_KEYS}
 
 
@@ -214,61 +220,60 @@ def _block_random(ranges, issues):
         where = f"sweep.random.{key}"
         try:
             checked[str(key)] = parse_distribution(spec)
-        except ValueError as error:
-            issues.block(where, "out_of_range" if isinstance(spec, dict) else "wrong_type", str(error), spec)
+        except ParamError as error:
+            issues.block(where, error.code, error.message, spec)
     return checked
 
 
 def parse_distribution(spec):
-    """`{"log_uniform": [1e-4, 1e-1]}` -> `Distribution("log_uniform", (1e-4, 1e-1))`. Raises `ValueError`."""
+    """`{"log_uniform": [1e-4, 1e-1]}` -> `Distribution("log_uniform", (1e-4, 1e-1))`. Raises `ParamError`."""
     shapes = ", ".join(f"{{{name}: [...]}}" for name in DISTRIBUTIONS)
     if not isinstance(spec, dict) or len(spec) != 1:
-        raise ValueError(f"must be one of {shapes}")
+        raise ParamError(None, "wrong_type", f"must be one of {shapes}", spec)
     (kind, args), = spec.items()
     if kind not in DISTRIBUTIONS:
-        hint = closest(str(kind), DISTRIBUTIONS)
-        suffix = f"; did you mean '{hint}'?" if hint else f"; valid: {shapes}"
-        raise ValueError(f"unknown range '{kind}'{suffix}")
+        error = UnknownNameError("range", kind, DISTRIBUTIONS)
+        raise ParamError(kind, "out_of_range", str(error), args)
     if not isinstance(args, list):
-        raise ValueError(f"`{kind}` must be a list")
+        raise ParamError(kind, "out_of_range", f"`{kind}` must be a list", args)
     if kind == "choice":
         if not args:
-            raise ValueError("`choice` must list at least one value")
+            raise ParamError(kind, "out_of_range", "`choice` must list at least one value", args)
         return Distribution(kind, tuple(args))
     return Distribution(kind, _bounds(kind, args))
 
 
 def _bounds(kind, args):
-    numeric = len(args) == 2 and all(
-        isinstance(arg, (int, float)) and not isinstance(arg, bool) and math.isfinite(arg) for arg in args
-    )
+    def bad(rule):
+        raise ParamError(kind, "out_of_range", f"`{kind}` {rule}", args,
+                         text=f"`{kind}` {rule}. Received: {kind}={args}")
+
+    numeric = len(args) == 2 and all(p.is_number(arg) for arg in args)
     if not numeric:
-        raise ValueError(f"`{kind}` must be [low, high] with two finite numbers. Received: {kind}={args}")
+        bad("must be [low, high] with two finite numbers")
     low, high = args
     if low > high:
-        raise ValueError(f"`{kind}` must have low <= high. Received: {kind}={args}")
+        bad("must have low <= high")
     if kind == "log_uniform" and low <= 0:
-        raise ValueError(f"`log_uniform` bounds must be > 0. Received: log_uniform={args}")
+        bad("bounds must be > 0")
     if kind == "int_uniform" and not all(isinstance(arg, int) for arg in args):
-        raise ValueError(f"`int_uniform` bounds must be integers. Received: int_uniform={args}")
+        bad("bounds must be integers")
     return (low, high)
 
 
 def _pick(option_value, option_name, block, key, issues, minimum):
     """The command-line value when given, else the block's; checked to be an integer >= minimum."""
     if option_value is not None:
-        value, report = option_value, lambda code, msg, v: issues.option(option_name, "", code, msg, v)
+        value, option = option_value, option_name
     elif key in block:
-        value, report = block[key], lambda code, msg, v: issues.block(f"sweep.{key}", code, msg, v)
+        value, option = block[key], None
     else:
         return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        report("wrong_type", "must be an integer", value)
+    try:
+        return p.integer(minimum, whole_floats=False)(key, value)
+    except ParamError as error:
+        issues.error(f"sweep.{key}", error, option)
         return None
-    if minimum is not None and value < minimum:
-        report("out_of_range", f"must be >= {minimum}", value)
-        return None
-    return value
 
 
 def _metric(option_value, block, issues):

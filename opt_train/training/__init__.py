@@ -3,20 +3,9 @@
 `train` and `evaluate` import TensorFlow; importing this package does not.
 """
 
+from opt_train.lazy import lazy_exports
 from opt_train.training.errors import TrainingFailed
 
-_LAZY = {
-    "train": "opt_train.training.loop",
-    "evaluate": "opt_train.training.evaluation",
-}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'opt_train.training' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(__name__, {"train": "loop:train", "evaluate": "evaluation:evaluate"})
 
 __all__ = ["TrainingFailed", "evaluate", "train"]
