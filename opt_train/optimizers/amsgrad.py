@@ -58,7 +58,7 @@ class AMSGrad(BaseCustomOptimizer):
         name=None,
         **kwargs,
     ):
-        check_args("AMSGrad", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+        check_args("AMSGrad", decay=decay, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.decay = bool(decay)
         self.beta_1 = beta_1

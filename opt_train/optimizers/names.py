@@ -151,7 +151,16 @@ def check_unknown_keys(kind, params, known):
 
 def larc_param_errors(larc_params):
     """`(filled, errors)` for a `larc_params` block: every problem, each a `ParamError`."""
-    return p.param_errors(LARC_SPEC, larc_params, "LARC", required_by="when `larc_params` is set")
+    filled, errors = p.param_errors(LARC_SPEC, larc_params, "LARC", required_by="when `larc_params` is set")
+    return filled, _under("larc_params", errors)
+
+
+def _under(block, errors):
+    """`errors` with their full config key (`larc_params.larc_eta`), however they arrive."""
+    for error in errors:
+        if error.key is None and error.param:
+            error.key = f"{block}.{error.param}"
+    return errors
 
 
 def check_larc_params(larc_params):
@@ -206,7 +215,7 @@ def loss_scaler_param_errors(algorithm, params):
             _LOSS_SCALER_CROSS[algorithm](filled)
         except ParamError as error:
             errors.append(error)
-    return filled, errors
+    return filled, _under("loss_scaling_params", errors)
 
 
 def check_loss_scaler_params(algorithm, params):
