@@ -10,6 +10,7 @@ from __future__ import annotations
 from opt_train import params as p
 from opt_train.config.issues import RuleError, RuleErrors
 from opt_train.config.registries import registry
+from opt_train.config.schema import LarcParams
 from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.suggest import UnknownNameError
@@ -70,8 +71,6 @@ def optimizer_params(name, value):
 
 def larc_params(name, value):
     """The LARC block with defaults filled in, every problem reported."""
-    from opt_train.config.schema import LarcParams
-
     filled, errors = names.larc_param_errors(p.mapping(name, value))
     if errors:
         raise RuleErrors(errors)

@@ -9,6 +9,7 @@ import math
 import keras
 
 from opt_train.config import ConfigError
+from opt_train.errors import ParamError
 
 
 @dataclasses.dataclass
@@ -119,9 +120,10 @@ def _default_learning_rate(optimizer_name):
     cls = registry.get_class(optimizer_name)
     default = inspect.signature(cls).parameters.get("learning_rate")
     if default is None or default.default is inspect.Parameter.empty:
-        raise _KeyedError(
-            "optimizer_params.learning_rate",
-            f"{optimizer_name} has no default learning rate; set optimizer_params.learning_rate",
+        raise ParamError(
+            "learning_rate", "missing",
+            f"is required: {optimizer_name} has no default learning rate", None,
+            key="optimizer_params.learning_rate",
         )
     return default.default
 
@@ -157,12 +159,6 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
         )
         train_op.build()
     return train_op
-
-
-class _KeyedError(ValueError):
-    def __init__(self, key, message):
-        super().__init__(message)
-        self.key = key
 
 
 class _config_key:

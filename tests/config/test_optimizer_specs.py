@@ -84,3 +84,20 @@ def test_keras_base_arguments_are_checked_before_keras():
     with pytest.raises(ParamError) as caught:
         registry.get("SGD", clipnorm=1.0, clipvalue=1.0)
     assert (caught.value.param, caught.value.code) == ("clipvalue", "conflict")
+
+
+def test_larc_and_loss_scaler_signatures_keep_the_tables_defaults():
+    from opt_train.optimizers import loss_scaling, names
+    from opt_train.optimizers.larc import larc
+
+    def defaults(function):
+        return {
+            key: "required" if p.default is inspect.Parameter.empty else p.default
+            for key, p in inspect.signature(function).parameters.items()
+        }
+
+    assert defaults(larc) == {k: "required" if v.required else v.default for k, v in names.LARC_SPEC.items()}
+    classes = {"Backoff": loss_scaling.BackoffScaler, "LogMax": loss_scaling.LogMaxScaler,
+               "Dynamic": loss_scaling.DynamicScaler}
+    for algorithm, cls in classes.items():
+        assert defaults(cls) == names.LOSS_SCALERS[algorithm], algorithm
