@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from opt_train.errors import CODES, ParamError
+from opt_train.errors import CODES, ParamError  # CODES: re-exported as opt_train.config.CODES
 
 # Where `--set key=value` overrides are said to come from.
 OVERRIDE_FILE = "--set"

@@ -22,6 +22,7 @@ REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1
 int_at_least_1 = p.integer(1)
 positive_float = p.number(0, low_open=True, strings=True)
 nonnegative_float = p.number(0, strings=True)
+RATE = p.number(strings=True)
 
 
 def unknown_key(name, known):
@@ -64,8 +65,7 @@ def optimizer_params(name, value):
     """A mapping; its values are judged with the optimizer (a cross-field rule)."""
     params = p.mapping(name, value)
     if "learning_rate" in params:
-        # Stored as a number, so `"1e-3"` in YAML trains like 1e-3.
-        params["learning_rate"] = registry("optimizer").LEARNING_RATE("learning_rate", params["learning_rate"])
+        RATE("learning_rate", params["learning_rate"])  # its range is the optimizer's (a cross-field rule)
     return params
 
 

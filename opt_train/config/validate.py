@@ -87,9 +87,14 @@ def loss_scaler_params(values):
 
 def optimizer_params(values):
     """The optimizer's parameters, judged by its table (names, ranges, required ones) without TF."""
-    errors = registry("optimizer").param_errors(values["optimizer"], values["optimizer_params"])[1]
+    params = values["optimizer_params"]
+    errors = registry("optimizer").param_errors(values["optimizer"], params)[1]
     if errors:
         raise RuleErrors(errors)
+    if "learning_rate" in params:
+        # Stored as a number, so `"1e-3"` in YAML trains like 1e-3.
+        return {"optimizer_params": {**params, "learning_rate": rules.RATE("learning_rate", params["learning_rate"])}}
+    return None
 
 
 def regularizer_params(values):

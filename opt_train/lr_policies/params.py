@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from opt_train import params as _p
 from opt_train.errors import ParamError
-from opt_train.params import REQUIRED, Param, UnknownNameError
+from opt_train.params import REQUIRED, Param
 
 __all__ = ["REQUIRED", "Param", "POLICY_PARAMS", "WARMUP_PARAMS", "check_values", "param_error"]
 

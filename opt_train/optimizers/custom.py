@@ -28,7 +28,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
-from opt_train.optimizers.specs import LEARNING_RATE
+from opt_train.optimizers.specs import RETURNN_LEARNING_RATE
 from opt_train.optimizers.specs import check_args
 
 
@@ -65,7 +65,7 @@ class BaseCustomOptimizer(Optimizer):
 
     def __init__(self, learning_rate, name=None, **kwargs):
         if isinstance(learning_rate, (int, float)):
-            LEARNING_RATE("learning_rate", learning_rate)
+            RETURNN_LEARNING_RATE("learning_rate", learning_rate)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
 
     def build(self, var_list):

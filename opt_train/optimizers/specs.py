@@ -24,6 +24,8 @@ from opt_train.params import REQUIRED, Param
 
 # `learning_rate` in YAML: a number > 0 ("1e-3" too); from Python also a schedule.
 LEARNING_RATE = p.number(0, low_open=True, strings=True, schedules=True)
+# RETURNN's custom optimizers accept a rate of 0, as RETURNN did.
+RETURNN_LEARNING_RATE = p.number(0, interval=True, strings=True, schedules=True)
 
 _FRACTION = p.number(0, 1, high_open=True, interval=True)  # a decay rate beta in [0, 1)
 _UNIT = p.number(0, 1, interval=True)  # [0, 1]
@@ -34,8 +36,8 @@ _NUMBER = p.number()
 _BOOL = p.boolean
 
 
-def _lr(default):
-    return Param(default, LEARNING_RATE)
+def _lr(default, rule=LEARNING_RATE):
+    return Param(default, rule)
 
 
 def _pipeline_argument(replacement):
@@ -83,7 +85,7 @@ _FTRL = {
     "beta": Param(0.0, p.optional(_NON_NEGATIVE_INT)),
 }
 _RETURNN_ADAM = {
-    "learning_rate": _lr(REQUIRED),
+    "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
     **_ADAM,
     "epsilon": Param(1e-8, p.number(0, interval=True)),
 }
@@ -133,21 +135,21 @@ OPTIMIZER_PARAMS = {
         "grad_averaging": Param(False, _BOOL),
     },
     "AMSGrad": {
-        "learning_rate": _lr(0.001),
+        "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
         "decay": Param(False, _BOOL),
         "beta_1": Param(0.9, _FRACTION),
         "beta_2": Param(0.99, _FRACTION),
         "epsilon": Param(0.0, p.number(0, interval=True)),
     },
-    "CustomGradientDescent": {"learning_rate": _lr(REQUIRED)},
+    "CustomGradientDescent": {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)},
     "CustomAdam": dict(_RETURNN_ADAM),
     "GradVarianceScaled": dict(_RETURNN_ADAM),
     "NeuralOptimizer1": {
-        "learning_rate": _lr(REQUIRED),
+        "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
         "beta_1": Param(0.9, _FRACTION),
         "decrease_factor": Param(0.1, p.number(0, interval=True)),
     },
-    "NormalizedSGD": {"learning_rate": _lr(REQUIRED)},
+    "NormalizedSGD": {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)},
     # Keras 3's classes: Keras' defaults.
     "SGD": {"learning_rate": _lr(0.01), "momentum": Param(0.0, _UNIT), "nesterov": Param(False, _BOOL)},
     "Adamax": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},

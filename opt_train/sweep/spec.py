@@ -6,7 +6,6 @@ TF-free: the CLI builds a spec, and reports every problem in it, before anything
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import yaml
 
