@@ -1,4 +1,4 @@
-"""`ParamError`: the one error every check raises, carrying its parameter, a stable code and the value (TF-free)."""
+"""`ParamError`: the error every check raises, with its parameter, a stable code and the value (TF-free)."""
 
 from __future__ import annotations
 

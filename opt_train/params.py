@@ -1,4 +1,4 @@
-"""The one parameter mechanism: `Param(default, rule)`, the `REQUIRED` sentinel, value rules and spec checks (TF-free).
+"""The one parameter mechanism: `Param(default, rule)`, one `REQUIRED`, value rules, spec checks (TF-free).
 
 A spec is a dict `{name: Param}`. A rule is `rule(name, value) -> value`: it returns the
 value as the consumer should use it (`4.0` -> `4` for an integer) or raises `ParamError`

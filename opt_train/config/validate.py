@@ -1,7 +1,9 @@
 """Checks merged config data field by field, then across fields, and builds a `TrainConfig`.
 
-Every field has one rule (a function of its raw value); the rules that involve
-several fields live together in `CROSS_RULES`. Problems are collected, never
+Every field has one rule, `rule(name, raw value) -> typed value`, most of them the
+library's own (`opt_train.optimizers.names`, `opt_train.params`); the rules that involve
+several fields live together in `CROSS_RULES`, and the registries' tables judge the
+parameter blocks (optimizer, lr policy, model, data). Problems are collected, never
 raised one at a time: the loader raises them together.
 """
 
@@ -88,12 +90,13 @@ def loss_scaler_params(values):
 def optimizer_params(values):
     """The optimizer's parameters, judged by its table (names, ranges, required ones) without TF."""
     params = values["optimizer_params"]
-    errors = registry("optimizer").param_errors(values["optimizer"], params)[1]
+    errors = registry("optimizer_params").param_errors(values["optimizer"], params)[1]
     if errors:
         raise RuleErrors(errors)
     if "learning_rate" in params:
         # Stored as a number, so `"1e-3"` in YAML trains like 1e-3.
-        return {"optimizer_params": {**params, "learning_rate": rules.RATE("learning_rate", params["learning_rate"])}}
+        rate = rules.RATE("learning_rate", params["learning_rate"])
+        return {"optimizer_params": {**params, "learning_rate": rate}}
     return None
 
 

@@ -63,7 +63,9 @@ class KerasFamilyMixin(TF1OptimizerAPI):
         given.update(given.pop("kwargs", {}))
         own = OPTIMIZER_PARAMS[self._registry_name]
         # Keras owns `learning_rate` (a float, a schedule or a variable from `from_config`).
-        check_args(self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"})
+        check_args(
+            self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"}
+        )
         base_args({k: v for k, v in given.items() if k not in own})
         super().__init__(*args, **kwargs)
         self._slots = {}

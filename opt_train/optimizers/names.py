@@ -93,21 +93,6 @@ def check_positive(name, value):
     return _POSITIVE(name, value)
 
 
-def check_positive_int(name, value):
-    """`value` must be an integer >= 1."""
-    return _WINDOW(name, value)
-
-
-def check_in_unit_interval(name, value):
-    """`value` must be in [0, 1)."""
-    return _FRACTION(name, value)
-
-
-def check_choice(kind, value, choices):
-    """`value` must be one of `choices` (exact spelling); else UnknownNameError."""
-    return p.one_of(*choices, kind=kind)(kind, value)
-
-
 def check_dtype(dtype):
     """The canonical dtype name (any case), one of DTYPES."""
     return DTYPE("dtype", dtype if isinstance(dtype, str) else str(dtype))
@@ -140,13 +125,6 @@ def check_on_nonfinite(on_nonfinite):
 def check_max_consecutive_overflows(value):
     """None (never stop) or an integer >= 1."""
     return MAX_CONSECUTIVE_OVERFLOWS("max_consecutive_overflows", value)
-
-
-def check_unknown_keys(kind, params, known):
-    """Raises an `unknown_key` UnknownNameError for the first key of `params` not in `known`."""
-    for key in params:
-        if key not in known:
-            raise UnknownNameError(kind, key, known, code="unknown_key")
 
 
 def larc_param_errors(larc_params):

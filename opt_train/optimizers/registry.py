@@ -12,6 +12,16 @@ import inspect
 from collections.abc import Mapping
 
 from opt_train.errors import ParamError
+from opt_train.optimizers import specs
+from opt_train.optimizers.specs import (
+    BASE_PARAMS,
+    OPTIMIZER_PARAMS,
+    PARAMETER_ALIASES,
+    PARAMETER_RENAMES,
+    PIPELINE_ARGUMENTS,
+    POST_INIT_PARAMETERS,
+    PYTHON_ONLY_PARAMETERS,
+)
 from opt_train.suggest import Registry, UnknownNameError, normalize
 
 _PACKAGE = "opt_train.optimizers"
@@ -82,37 +92,13 @@ REPLACED = {
     ),
 }
 
-# Spellings of one parameter (TF1 / Keras); `get` renames to the one the class takes.
-PARAMETER_ALIASES = (
-    ("beta1", "beta_1"),
-    ("beta2", "beta_2"),
-    ("decay", "rho"),
-    ("use_nesterov", "nesterov"),
-)
-# Always renamed, whatever the class: the short TF / OpenSeq2Seq spelling.
-PARAMETER_RENAMES = {"lr": "learning_rate"}
-# Keras base arguments that duplicate the gradient pipeline -> the config key to use instead.
-PIPELINE_ARGUMENTS = {
-    "gradient_accumulation_steps": "iter_size",
-    "loss_scale_factor": "loss_scaling",
-}
-# Accepted in `optimizer_params` though Keras sets it by method, not constructor.
-POST_INIT_PARAMETERS = ("exclude_from_weight_decay",)
-# Constructor arguments that take Python objects (variables), never a YAML value.
-PYTHON_ONLY_PARAMETERS = ("var_list",)
-
-
 def reject_pipeline_arguments(params):
     """Raises a `conflict` ParamError for a Keras argument the opt-train gradient pipeline replaces."""
-    from opt_train.optimizers.specs import BASE_PARAMS
-
     for name in PIPELINE_ARGUMENTS:
         BASE_PARAMS[name].rule(name, params.get(name))
 
 
-def is_path(name):
-    """True for a dotted path `package.module.Class` or `package.module:Class`."""
-    return ":" in name or "." in name
+is_path = specs.is_path
 
 
 def resolve(name):
@@ -290,8 +276,6 @@ def check_params(identifier, params):
     name = _display_name(cls)
     if name in _LOCATIONS and OPTIMIZER_CLS_NAMES[name] is cls:
         # A registered class: its TF-free table, the one `opt-train validate` checks with.
-        from opt_train.optimizers import specs
-
         return specs.check_params(name, params)
     params = dict(params or {})
     reject_pipeline_arguments(params)
@@ -404,8 +388,6 @@ def describe():
     default is the string "required". The Keras base arguments common to all
     (weight_decay, clipnorm, ...) are left out, unless the class has its own default.
     """
-    from opt_train.optimizers.specs import OPTIMIZER_PARAMS
-
     rows = []
     for family, names in FAMILIES.items():
         for name in names:

@@ -12,15 +12,27 @@ from __future__ import annotations
 
 from opt_train import params as p
 from opt_train.errors import ParamError
-from opt_train.optimizers.registry import (
-    PARAMETER_ALIASES,
-    PARAMETER_RENAMES,
-    PIPELINE_ARGUMENTS,
-    POST_INIT_PARAMETERS,
-    is_path,
-    resolve,
-)
 from opt_train.params import REQUIRED, Param
+from opt_train.suggest import Registry
+
+# Spellings of one parameter (TF1 / Keras); `get` renames to the one the class takes.
+PARAMETER_ALIASES = (
+    ("beta1", "beta_1"),
+    ("beta2", "beta_2"),
+    ("decay", "rho"),
+    ("use_nesterov", "nesterov"),
+)
+# Always renamed, whatever the class: the short TF / OpenSeq2Seq spelling.
+PARAMETER_RENAMES = {"lr": "learning_rate"}
+# Keras base arguments that duplicate the gradient pipeline -> the config key to use instead.
+PIPELINE_ARGUMENTS = {
+    "gradient_accumulation_steps": "iter_size",
+    "loss_scale_factor": "loss_scaling",
+}
+# Accepted in `optimizer_params` though Keras sets it by method, not constructor.
+POST_INIT_PARAMETERS = ("exclude_from_weight_decay",)
+# Constructor arguments that take Python objects (variables), never a YAML value.
+PYTHON_ONLY_PARAMETERS = ("var_list",)
 
 # `learning_rate` in YAML: a number > 0 ("1e-3" too); from Python also a schedule.
 LEARNING_RATE = p.number(0, low_open=True, strings=True, schedules=True)
@@ -226,6 +238,18 @@ OPTIMIZER_PARAMS = {
 }
 
 _CLIPS = ("clipnorm", "clipvalue", "global_clipnorm")
+# The registered names (`registry.OPTIMIZER_NAMES` lists the same, by family).
+_NAMES = Registry("optimizer", OPTIMIZER_PARAMS)
+
+
+def resolve(name):
+    """The registered name for any spelling (`adam`, `AdamOptimizer`); `UnknownNameError` else."""
+    return _NAMES.resolve(name)
+
+
+def is_path(name):
+    """True for a dotted path `package.module.Class` or `package.module:Class` (the user's class)."""
+    return isinstance(name, str) and (":" in name or "." in name)
 
 
 def spec(name):

@@ -178,3 +178,9 @@ def test_no_check_raises_an_error_without_a_code(module):
         and getattr(node.exc.func, "id", None) in ("ValueError", "TypeError")
     ]
     assert not bare, f"opt_train/{module}: a ValueError without a code at line(s) {bare}"
+
+
+def test_the_optimizer_table_lists_exactly_the_registered_optimizers():
+    assert list(specs.OPTIMIZER_PARAMS) == list(optimizer_registry.OPTIMIZER_NAMES) or set(
+        specs.OPTIMIZER_PARAMS
+    ) == set(optimizer_registry.OPTIMIZER_NAMES)

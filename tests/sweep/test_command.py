@@ -23,13 +23,14 @@ def run_cli(*args):
 
 def test_dry_run_and_print_commands_list_every_trial_without_tensorflow(tmp_path):
     out = tmp_path / "sweep"
-    grid = ["--grid", "optimizer_params.learning_rate=0.1,0.01", "--grid", "optimizer=Adam,Momentum"]
+    # Every trial is checked up front as `train` would (Momentum would need `momentum`): Adam and SGD.
+    grid = ["--grid", "optimizer_params.learning_rate=0.1,0.01", "--grid", "optimizer=Adam,SGD"]
     dry = run_cli("sweep", "-c", DEFAULT, *grid, "--out", out, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "TF-FREE" in dry.stderr
     lines = dry.stdout.splitlines()
     assert len(lines) == 4
-    assert lines[1].split()[1:] == ["to", "run", "optimizer_params.learning_rate=0.1", "optimizer=Momentum"]
+    assert lines[1].split()[1:] == ["to", "run", "optimizer_params.learning_rate=0.1", "optimizer=SGD"]
     printed = run_cli("sweep", "-c", DEFAULT, *grid, "--out", out, "--set", "max_steps=5", "--print-commands")
     assert printed.returncode == 0, printed.stderr
     assert "TF-FREE" in printed.stderr
