@@ -36,7 +36,7 @@ FIELD_RULES = {
     "lr_policy_params": p.mapping,
     "warmup": p.optional(p.mapping),
     "dtype": names.DTYPE,
-    "loss_scaling": lambda name, value: names.check_loss_scaling(value)[0],
+    "loss_scaling": names.LOSS_SCALING,
     "loss_scaling_params": p.mapping,
     "on_nonfinite": names.ON_NONFINITE_RULE,
     "max_consecutive_overflows": names.MAX_CONSECUTIVE_OVERFLOWS,

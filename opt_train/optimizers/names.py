@@ -212,6 +212,16 @@ def _reads_as_number(text):
     return True
 
 
+def _loss_scaling(name, value):
+    """`loss_scaling`: a static scale > 0 (a number, also written as a string) or an algorithm's name."""
+    if isinstance(value, str) and not _reads_as_number(value):
+        return resolve_loss_scaler(value)
+    return float(_POSITIVE(name, value))
+
+
+LOSS_SCALING = _loss_scaling
+
+
 def check_loss_scaling(loss_scaling, loss_scaling_params=None):
     """Normalizes `loss_scaling` to a float > 0 (static) or a canonical algorithm name.
 
@@ -220,10 +230,9 @@ def check_loss_scaling(loss_scaling, loss_scaling_params=None):
     static scale. `loss_scaling_params` with a static scale is an error (it would
     be silently ignored).
     """
-    if isinstance(loss_scaling, str) and not _reads_as_number(loss_scaling):
-        algorithm = resolve_loss_scaler(loss_scaling)
-        return algorithm, check_loss_scaler_params(algorithm, loss_scaling_params)
-    scale = float(_POSITIVE("loss_scaling", loss_scaling))
+    scale = LOSS_SCALING("loss_scaling", loss_scaling)
+    if isinstance(scale, str):
+        return scale, check_loss_scaler_params(scale, loss_scaling_params)
     if loss_scaling_params:
         raise ParamError(
             "loss_scaling_params", "conflict",
