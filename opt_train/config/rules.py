@@ -172,6 +172,17 @@ def require_regex(value):
     return value
 
 
+def at_most(high):
+    def check(value):
+        if value > high:
+            raise RuleError(f"must be <= {high}", value)
+        return value
+
+    return check
+
+
 int_at_least_1 = both(require_int, at_least(1))
+# NumPy's and Python's generators take seeds in [0, 2**32): Keras seeds all three from it.
+seed = both(require_int, at_least(0), at_most(2**32 - 1))
 positive_float = both(require_float, greater_than(0))
 nonnegative_float = both(require_float, at_least(0))

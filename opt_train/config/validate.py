@@ -31,6 +31,18 @@ def model_spec(value):
     return registries.resolve("model", rules.require_str(value))
 
 
+def python_path(value):
+    """Folders to import the user's modules from: one path or a list of paths."""
+    entries = [value] if isinstance(value, str) else rules.require_list(value)
+    for index, entry in enumerate(entries):
+        try:
+            rules.require_str(entry)
+        except RuleError as error:
+            error.subkey = f"[{index}]"
+            raise
+    return tuple(entries)
+
+
 def dataset_name(value):
     return registries.resolve("data", rules.require_str(value))
 
@@ -124,8 +136,9 @@ FIELD_RULES = {
     "save_summaries_steps": rules.optional(rules.int_at_least_1),
     "print_loss_steps": rules.int_at_least_1,
     "eval_steps": rules.optional(rules.int_at_least_1),
-    "random_seed": rules.require_int,
+    "random_seed": rules.seed,
     "jit_compile": rules.require_bool,
+    "python_path": python_path,
     "sweep": rules.optional(rules.require_dict),
 }
 

@@ -15,6 +15,8 @@ import numpy as np
 
 # Default table length when no --every is given.
 TABLE_ROWS = 20
+# The preview holds one float32 per update: 40 MB at this bound, and seconds to compute.
+MAX_STEPS = 10_000_000
 
 
 class Summary(NamedTuple):
@@ -31,6 +33,8 @@ def evaluate(schedule, steps):
     """The learning rate at every update 0 .. steps-1, as a float32 NumPy array."""
     if steps < 1:
         raise ValueError(f"`steps` must be >= 1. Received: steps={steps}")
+    if steps > MAX_STEPS:
+        raise ValueError(f"`steps` must be <= {MAX_STEPS:,}. Received: steps={steps:,}")
     values = schedule(np.arange(steps, dtype=np.int64))
     values = np.asarray(values, dtype=np.float32)
     if values.shape != (steps,):
