@@ -15,6 +15,8 @@ CODES = (
     "base_cycle",
     "bad_override",
     "duplicate_key",
+    "too_large",  # a config, value or model over a bound (size, aliases, nesting, memory)
+    "user_code",  # the user's own code named by a config failed
 )
 
 # What a parameter check may say; the others belong to reading files.

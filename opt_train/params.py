@@ -109,9 +109,11 @@ def number(low=None, high=None, *, low_open=False, high_open=False, interval=Fal
     return rule
 
 
-def integer(low=None, *, strict=False, text=None, whole_floats=True):
-    """An integer (`4.0` passes as 4 unless not `whole_floats`), at least `low` (or above it, `strict`)."""
+def integer(low=None, *, strict=False, text=None, whole_floats=True, high=None):
+    """An integer (`4.0` passes as 4 unless not `whole_floats`), at least `low` (or above it, `strict`), at most `high`."""
     bound = None if low is None else f"{'>' if strict else '>='} {low}"
+    if high is not None:
+        bound = f"in [{low}, {high}]" if low is not None and not strict else f"<= {high}"
     rule_text = text or ("an integer" + (f" {bound}" if bound else ""))
 
     def rule(name, value):
@@ -123,6 +125,8 @@ def integer(low=None, *, strict=False, text=None, whole_floats=True):
         else:
             fail(name, "wrong_type", "must be an integer", value, rule_text)
         if low is not None and (checked <= low if strict else checked < low):
+            fail(name, "out_of_range", f"must be {bound}", value, rule_text)
+        if high is not None and checked > high:
             fail(name, "out_of_range", f"must be {bound}", value, rule_text)
         return checked
 

@@ -37,7 +37,8 @@ def config_options(function):
         "configs",
         multiple=True,
         required=True,
-        type=click.Path(dir_okay=False),
+        # A folder or a FIFO is refused by the config reader, in one line naming the file.
+        type=click.Path(),
         help="YAML config; give it twice to layer a second file over the first.",
     )
     @click.option(
@@ -56,9 +57,13 @@ def config_options(function):
 
 
 def load(configs, overrides):
-    """The validated config, or exit 2 with every problem listed."""
+    """The validated config, or exit 2 with every problem listed; its user modules become importable."""
+    from opt_train import usercode
+
     with user_errors():
-        return load_config(list(configs), list(overrides))
+        config = load_config(list(configs), list(overrides))
+    usercode.add_search_path(config.code_folders())
+    return config
 
 
 @contextlib.contextmanager
@@ -67,6 +72,8 @@ def user_errors():
     try:
         yield
     except ConfigError as error:
+        if error.details:
+            click.echo(error.details.rstrip("\n"), err=True)
         raise ConfigUsageError(str(error)) from None
     except HorovodUnavailableError as error:
         raise ConfigUsageError(f"use_horovod: {error}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from opt_train.cli.common import config_options, import_tensorflow, load, user_errors
+from opt_train.config import ConfigError, ConfigIssue
 
 
 @click.command()
@@ -25,6 +26,16 @@ def lr(configs, overrides, steps, every, csv_path, plot_path):
         from opt_train.training.builder import build_data_for, learning_rate_schedule, run_length
 
         max_steps, updates_per_epoch = run_length(config, build_data_for(config, SingleProcess()))
+        if (steps or max_steps) > preview.MAX_STEPS:
+            message = (
+                f"{steps or max_steps:,} updates are more than the preview evaluates "
+                f"({preview.MAX_STEPS:,}); show the start with --steps N"
+            )
+            key = "max_steps" if config.max_steps else "num_epochs"
+            issue = ConfigIssue(None, None, "--steps", "too_large", message) if steps else config.issue(
+                key, message, "too_large"
+            )
+            raise ConfigError([issue])
         steps = steps or max_steps
         schedule, _ = learning_rate_schedule(
             config, steps, updates_per_epoch, constant_as_schedule=True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 import click
 
@@ -66,10 +65,6 @@ def main(argv=None):
     # TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) buries the progress
     # lines; the user can still ask for it with TF_CPP_MIN_LOG_LEVEL=0.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # A config names user code as `package.module:function` relative to where the
-    # user runs, as `python -m` would find it; a console script's path lacks the cwd.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     cli.main(args=argv, prog_name="opt-train")
 
 

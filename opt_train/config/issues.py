@@ -10,13 +10,22 @@ from opt_train.errors import CODES, ParamError  # CODES: re-exported as opt_trai
 OVERRIDE_FILE = "--set"
 
 
+# An error stays a line a person reads: a huge value is cut, a flood of problems counted.
+MAX_VALUE_CHARS = 120
+MAX_ISSUES_SHOWN = 50
+
+
 def show_value(value):
-    """A received value as a user would have typed it (strings quoted)."""
+    """A received value as a user would have typed it (strings quoted), cut to a readable length."""
     if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+        text = repr(value)
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = str(value)
+    if len(text) > MAX_VALUE_CHARS:
+        text = f"{text[:MAX_VALUE_CHARS - 3]}... ({len(text):,} characters)"
+    return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +59,19 @@ class ConfigIssue:
 
 
 class ConfigError(ValueError):
-    """Every problem found in a config; `str()` is one line per issue, the first issue first."""
+    """Every problem found in a config; `str()` is one line per issue, the first issue first.
 
-    def __init__(self, issues):
+    `details` is what the user needs beyond that line, e.g. the traceback of their own
+    factory code (shown above the error, never ours).
+    """
+
+    def __init__(self, issues, details=""):
         self.issues = list(issues)
-        super().__init__("\n".join(issue.format() for issue in self.issues))
+        self.details = details
+        lines = [issue.format() for issue in self.issues[:MAX_ISSUES_SHOWN]]
+        if len(self.issues) > MAX_ISSUES_SHOWN:
+            lines.append(f"... and {len(self.issues) - MAX_ISSUES_SHOWN:,} more problems")
+        super().__init__("\n".join(lines))
 
 
 class RuleError(ParamError):

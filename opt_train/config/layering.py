@@ -7,7 +7,7 @@ import os
 import yaml
 
 from opt_train.config.issues import OVERRIDE_FILE, ConfigError, ConfigIssue
-from opt_train.config.source import child_key, parse_scalar, read_yaml_file
+from opt_train.config.source import child_key, item_key, parse_scalar, read_yaml_file
 
 
 class Layered:
@@ -23,17 +23,26 @@ class Layered:
         merge_into(self.data, self.locations, data, locations, "")
 
 
-def under(key, prefix):
-    """True when dotted `key` is `prefix` or lies inside it (`a.b`, `a[0]` for `a`)."""
-    return key == prefix or key.startswith(prefix + ".") or key.startswith(prefix + "[")
+def dotted_keys(value, key):
+    """`key` and every dotted key inside `value` (`a.b`, `a[0]`): the keys a location may be kept for."""
+    yield key
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from dotted_keys(item, child_key(key, name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from dotted_keys(item, item_key(key, index))
 
 
-def forget(locations, prefix):
-    for key in [key for key in locations if under(key, prefix)]:
-        del locations[key]
+def forget(locations, value, key):
+    """Drops the locations of `key` and of everything inside its old `value`."""
+    for dotted in dotted_keys(value, key):
+        locations.pop(dotted, None)
 
 
 def merge_into(data, locations, upper, upper_locations, prefix):
+    # Walks the values rather than scanning every location per key, so merging costs
+    # the size of the data, not its square (a config of 10,000 keys merges at once).
     for name, value in upper.items():
         key = child_key(prefix, name)
         if isinstance(value, dict) and isinstance(data.get(name), dict):
@@ -41,9 +50,12 @@ def merge_into(data, locations, upper, upper_locations, prefix):
                 locations[key] = upper_locations[key]
             merge_into(data[name], locations, value, upper_locations, key)
             continue
-        forget(locations, key)
+        if name in data:
+            forget(locations, data[name], key)
         data[name] = value
-        locations.update({k: v for k, v in upper_locations.items() if under(k, key)})
+        for dotted in dotted_keys(value, key):
+            if dotted in upper_locations:
+                locations[dotted] = upper_locations[dotted]
 
 
 def read_config_file(path, layered, chain=()):
@@ -61,7 +73,7 @@ def read_config_file(path, layered, chain=()):
     if "base" in data:
         base = data.pop("base")
         where = locations.get("base", (path, None))
-        forget(locations, "base")
+        forget(locations, base, "base")
         read_base(path, base, where, layered, chain)
     layered.merge(data, locations)
 
@@ -104,21 +116,16 @@ def parse_override(text):
     try:
         value = parse_scalar(raw)
     except yaml.YAMLError as error:
-        problem = getattr(error, "problem", None) or "invalid YAML"
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise ConfigError([bad_override(text, dotted, f"the value is not valid YAML ({problem})")]) from None
+    except ValueError as error:
+        raise ConfigError([bad_override(text, dotted, str(error))]) from None
     return [part.strip() for part in keys], value
 
 
 def sub_locations(value, key):
     """Every dotted key inside an override's value, all placed at `--set`."""
-    found = {key: (OVERRIDE_FILE, 0)}
-    if isinstance(value, dict):
-        for name, item in value.items():
-            found.update(sub_locations(item, child_key(key, name)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.update(sub_locations(item, f"{key}[{index}]"))
-    return found
+    return dict.fromkeys(dotted_keys(value, key), (OVERRIDE_FILE, 0))
 
 
 def apply_override(layered, text):
@@ -140,7 +147,7 @@ def apply_override(layered, text):
             return
         node = node[name]
     dotted = ".".join(keys)
-    forget(layered.locations, dotted)
+    forget(layered.locations, node.get(keys[-1]), dotted)
     node[keys[-1]] = value
     layered.locations.update(sub_locations(value, dotted))
 

@@ -61,6 +61,12 @@ def lr_policy_name(name, value):
     return registry("lr_policy").resolve(p.string(name, value))
 
 
+def python_path(name, value):
+    """Folders to import the user's modules from: one path or a list of paths."""
+    entries = [value] if isinstance(value, str) else p.list_of(p.string, text="a path or a list of paths")(name, value)
+    return tuple(entries)
+
+
 def optimizer_params(name, value):
     """A mapping; its values are judged with the optimizer (a cross-field rule)."""
     params = p.mapping(name, value)

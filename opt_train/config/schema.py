@@ -77,6 +77,7 @@ class TrainConfig:
     eval_steps: int | None = None
     random_seed: int = 0
     jit_compile: bool = False
+    python_path: tuple = ()
     sweep: dict | None = None
     # dotted key -> (file, line) of the value that won; not part of the config itself.
     locations: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -101,6 +102,21 @@ class TrainConfig:
         from opt_train.atomic import write_text
 
         write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def code_folders(self):
+        """Where the user's modules are imported from: `python_path` entries, each relative to the
+        file that set it, else the folder of every config file the config was read from."""
+        import os
+
+        if self.python_path:
+            folders = []
+            for index, entry in enumerate(self.python_path):
+                file, _ = self.locate(f"python_path[{index}]")
+                relative_to = os.path.dirname(file) if file and os.path.exists(file) else ""
+                folders.append(os.path.normpath(os.path.join(relative_to, os.path.expanduser(entry))))
+            return folders
+        files = {file for file, _ in self.locations.values() if file and os.path.isfile(file)}
+        return sorted({os.path.dirname(os.path.abspath(file)) for file in files})
 
     def issue_for(self, section, error):
         """A library error raised while building `section` (e.g. `optimizer_params`), located.

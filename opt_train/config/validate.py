@@ -54,8 +54,10 @@ FIELD_RULES = {
     "save_summaries_steps": _STEPS,
     "print_loss_steps": p.integer(1),
     "eval_steps": _STEPS,
-    "random_seed": p.integer(),
+    # NumPy's and Python's generators take seeds in [0, 2**32): Keras seeds all three from it.
+    "random_seed": p.integer(0, high=2**32 - 1),
     "jit_compile": p.boolean,
+    "python_path": rules.python_path,
     "sweep": p.optional(p.mapping),
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import zipfile
 from typing import NamedTuple
 
 import numpy as np
@@ -103,24 +104,52 @@ def _existing(path, param):
 
 
 def _read_npz(path, x_key, y_key, param):
-    with np.load(_existing(path, param), allow_pickle=False) as arrays:
-        for key in (x_key, y_key):
-            if key not in arrays.files:
-                raise ValueError(
-                    f"`{'x_key' if key == x_key else 'y_key'}` must name an array in {path}; "
-                    f"it holds {sorted(arrays.files)}. Received: {key!r}"
-                )
-        x, y = arrays[x_key], arrays[y_key]
+    try:
+        with np.load(_existing(path, param), allow_pickle=False) as arrays:
+            for key in (x_key, y_key):
+                if key not in arrays.files:
+                    raise ValueError(
+                        f"`{'x_key' if key == x_key else 'y_key'}` must name an array in {path}; "
+                        f"it holds {sorted(arrays.files)}. Received: {key!r}"
+                    )
+            x, y = arrays[x_key], arrays[y_key]
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as error:
+        if str(error).startswith("`"):
+            raise
+        # A truncated or foreign file fails inside NumPy's reader; say which file.
+        raise ValueError(f"{path}: cannot be read as .npz ({type(error).__name__}: {error})") from None
+    for key, array in ((x_key, x), (y_key, y)):
+        if array.ndim == 0:
+            raise ValueError(f"{path}: array '{key}' is a scalar; it must hold one row per example")
     if len(x) != len(y):
         raise ValueError(
             f"{path}: `{x_key}` and `{y_key}` must have as many rows. Received: {len(x)} and {len(y)}"
         )
+    _check_finite(x, f"{path}: array '{x_key}'")
     return x, y
 
 
+def _check_finite(array, where, columns=None):
+    """A NaN or inf in the input would train into NaN weights with exit 0: refuse it when read."""
+    if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.integer):
+        return
+    bad = ~np.isfinite(array)
+    if bad.any():
+        index = np.unravel_index(int(np.argmax(bad)), array.shape)
+        column = ""
+        if columns is not None and len(index) > 1:
+            column = f", column {columns[index[1]]!r}"
+        raise ValueError(
+            f"{where} holds NaN or inf (first at row {index[0]}{column}; {int(bad.sum())} values in all)"
+        )
+
+
 def _read_csv(path, label_column, header, delimiter, param):
-    with open(_existing(path, param), newline="") as handle:
-        rows = [row for row in csv.reader(handle, delimiter=delimiter) if row]
+    try:
+        with open(_existing(path, param), newline="") as handle:
+            rows = [row for row in csv.reader(handle, delimiter=delimiter) if row]
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f"{path}: cannot be read as CSV ({type(error).__name__}: {error})") from None
     names = rows.pop(0) if header and rows else None
     if not rows:
         raise ValueError(f"{path}: no data rows")
@@ -133,6 +162,10 @@ def _read_csv(path, label_column, header, delimiter, param):
         features = np.array([[float(v) for i, v in enumerate(row) if i != column] for row in rows])
     except ValueError as error:
         raise ValueError(f"{path}: feature columns must be numbers ({error})") from None
+    feature_names = [
+        (names[i].strip() if names else i) for i in range(width) if i != column
+    ]
+    _check_finite(features, path, feature_names)
     return features, labels
 
 

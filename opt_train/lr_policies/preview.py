@@ -17,6 +17,8 @@ from opt_train.errors import ParamError
 
 # Default table length when no --every is given.
 TABLE_ROWS = 20
+# The preview holds one float32 per update: 40 MB at this bound, and seconds to compute.
+MAX_STEPS = 10_000_000
 
 
 class Summary(NamedTuple):
@@ -33,6 +35,8 @@ def evaluate(schedule, steps):
     """The learning rate at every update 0 .. steps-1, as a float32 NumPy array."""
     if steps < 1:
         raise ParamError("steps", "out_of_range", "must be >= 1", steps)
+    if steps > MAX_STEPS:
+        raise ParamError("steps", "out_of_range", f"must be <= {MAX_STEPS:,}", steps)
     values = schedule(np.arange(steps, dtype=np.int64))
     values = np.asarray(values, dtype=np.float32)
     if values.shape != (steps,):

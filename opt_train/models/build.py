@@ -39,3 +39,20 @@ def build_model(spec, params, task, regularizer=None):
     name = registry.resolve(spec)
     registry.check_task(name, task.kind)
     return BUILDERS[name](task, regularizer=regularizer, **params)
+
+
+def fit_problem(model, task):
+    """Why `model`'s outputs cannot serve `task` (e.g. 3 logits for 10 classes), or None.
+
+    Found when the run is built rather than inside the first step, where it would be a
+    shape error deep in the loss.
+    """
+    shape = getattr(model, "output_shape", None)
+    if not isinstance(shape, tuple) or not shape or not all(isinstance(d, (int, type(None))) for d in shape):
+        return None  # several outputs: the user's loss decides
+    if shape[-1] is not None and shape[-1] != task.output_dim:
+        return (
+            f"the model's outputs have shape {shape}, but the {task.kind} data needs {task.output_dim} "
+            f"per {'position' if task.kind == 'sequence' else 'example'}"
+        )
+    return None

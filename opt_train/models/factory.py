@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 
 import keras
 
+from opt_train import usercode
 from opt_train.models.registry import split_factory
+
+KEY = "model.factory"
 
 
 def load_factory(spec):
-    """The function a factory spec names; ValueError naming the spec when it cannot be imported."""
+    """The function a factory spec names; a `UserCodeError` naming the spec when it cannot be imported."""
     module_name, function_name = split_factory(spec)
-    target = spec["factory"]
     try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # any import-time failure is the user's module's
-        raise ValueError(f"Model factory '{target}': cannot import module '{module_name}' ({error})") from error
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ValueError(f"Model factory '{target}': module '{module_name}' has no function '{function_name}'")
-    return function
+        return usercode.load(f"{module_name}:{function_name}", KEY)
+    except usercode.UserCodeError as error:
+        raise _named(spec, error) from None
+
+
+def _named(spec, error):
+    return usercode.UserCodeError(KEY, f"Model factory '{spec['factory']}': {error.message}", error.details)
 
 
 def _accepts_task(function):
@@ -44,11 +45,25 @@ def build_from_factory(spec, params, task):
     if _accepts_task(function):
         kwargs["task"] = task
     try:
-        model = function(**kwargs)
-    except TypeError as error:
-        raise ValueError(f"Model factory '{target}' rejected its params {sorted(params or {})}: {error}") from error
+        model = usercode.call(_bind(function, kwargs, target, params), KEY, **kwargs)
+    except usercode.UserCodeError as error:
+        raise _named(spec, error) from None
     if not isinstance(model, keras.Model):
         raise ValueError(f"Model factory '{target}' must return a keras.Model. Received: {type(model).__name__}")
     if not model.built:
-        model(keras.ops.zeros((1,) + tuple(task.input_shape), dtype=task.input_dtype))
+        try:
+            model(keras.ops.zeros((1,) + tuple(task.input_shape), dtype=task.input_dtype))
+        except Exception as error:  # the user's layers met the data's input shape
+            raise _named(spec, usercode.failure(KEY, f"calling the model on the input shape {task.input_shape}", error)) from None
     return model
+
+
+def _bind(function, kwargs, target, params):
+    """`function`, after checking that it accepts `kwargs` (a mismatch is the config's, not a crash)."""
+    try:
+        inspect.signature(function).bind(**kwargs)
+    except TypeError as error:
+        raise ValueError(f"Model factory '{target}' rejected its params {sorted(params or {})}: {error}") from None
+    except ValueError:  # no signature to check (a builtin): let the call decide
+        pass
+    return function

@@ -10,6 +10,7 @@ import keras
 
 from opt_train.config import ConfigError
 from opt_train.errors import ParamError
+from opt_train.usercode import UserCodeError
 
 
 @dataclasses.dataclass
@@ -33,6 +34,7 @@ class Run:
 def build_run(config, backend, *, with_train_op=True):
     """Builds the run; a bad parameter found here is a ConfigError at its YAML line."""
     from opt_train.models import build_model
+    from opt_train.models.build import fit_problem
     from opt_train.optimizers.mixed_precision import dtype_policy_name
 
     keras.utils.set_random_seed(config.random_seed)
@@ -40,15 +42,32 @@ def build_run(config, backend, *, with_train_op=True):
 
     data = build_data_for(config, backend)
     with _config_key(config, "model_params"):
+        too_large = _memory_problem(config, data.task)
+        if too_large:
+            raise ConfigError([config.issue("model_params", too_large, "too_large")])
         model = build_model(
             config.model, dict(config.model_params), data.task, regularizer=_regularizer(config)
         )
+    problem = fit_problem(model, data.task)
+    if problem:
+        raise ConfigError([config.issue("model", problem, "out_of_range")])
     max_steps, updates_per_epoch = run_length(config, data)
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None)
     if with_train_op:
         run.schedule, optimizer_params = learning_rate_schedule(config, max_steps, updates_per_epoch)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
+
+
+def _memory_problem(config, task):
+    """Why the built-in model cannot fit in memory (checked before TensorFlow allocates it), or None."""
+    from opt_train.models import registry
+    from opt_train.models.size import memory_problem
+
+    if not isinstance(config.model, str):
+        return None
+    name = registry.resolve(config.model)
+    return memory_problem(name, registry.check_params(name, dict(config.model_params)), task)
 
 
 def run_length(config, data):
@@ -172,6 +191,9 @@ class _config_key:
         return self
 
     def __exit__(self, kind, error, traceback):
+        if isinstance(error, UserCodeError):
+            issue = self.config.issue(error.key, error.message, error.code)
+            raise ConfigError([issue], details=error.details) from None
         if not isinstance(error, ValueError) or isinstance(error, ConfigError):
             return False
         raise ConfigError([self.config.issue_for(self.section, error)]) from None

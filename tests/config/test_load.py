@@ -19,7 +19,7 @@ SPEC_DEFAULTS = {
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
     "freeze_variables_regex": None, "summaries": [], "save_checkpoint_steps": 500,
     "num_checkpoints": 3, "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
-    "random_seed": 0, "jit_compile": False, "sweep": None,
+    "random_seed": 0, "jit_compile": False, "python_path": [], "sweep": None,
 }
 
 RICH = """\

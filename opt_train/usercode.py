@@ -1,0 +1,127 @@
+"""Imports and calls the user's own code that a config names (`package.module:function`), keeping its failures the user's.
+
+A config is code-equivalent: a `factory:` runs whatever it names. What this module
+guarantees is where that code is found and how its failures look:
+
+- user modules are found after the installed packages, in the folders the config names
+  (`python_path:`, else each config file's folder) and then the current directory, so a
+  stray `yaml.py` or `numpy.py` in a downloaded folder never shadows a real package;
+- anything the user's code raises, `SystemExit` included, becomes one `UserCodeError`
+  naming the config key, with the user's own traceback frames kept for display.
+
+Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+
+class UserCodeError(ValueError):
+    """The user's code named at config `key` failed; `details` holds its traceback lines (their frames)."""
+
+    code = "user_code"
+
+    def __init__(self, key, message, details=""):
+        self.key = key
+        self.message = message
+        self.details = details
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+def add_search_path(folders):
+    """Appends `folders` (then the current directory) to `sys.path`, after the installed packages."""
+    for folder in [*folders, os.getcwd()]:
+        folder = os.path.abspath(folder)
+        if folder not in sys.path:
+            sys.path.append(folder)
+
+
+def keep_cwd_behind_packages():
+    """Moves the current directory, which `python -m` puts first, behind the installed packages.
+
+    Left first only when opt-train itself is imported from there (a source checkout
+    run without installing), since it must then be found.
+    """
+    cwd = os.getcwd()
+    front = sys.path[0] if sys.path else None
+    if front not in ("", cwd):
+        return
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.realpath(package) == os.path.realpath(cwd):
+        return
+    sys.path.pop(0)
+    sys.path.append(cwd)
+
+
+def split(target):
+    """`("package.module", "function")` from `package.module:function` or `package.module.function`."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"must be 'package.module:function'. Received: {target!r}")
+    module_name, separator, attribute = target.partition(":")
+    if not separator:
+        module_name, _, attribute = target.rpartition(".")
+    if not module_name or not attribute or ":" in attribute:
+        raise ValueError(f"must be 'package.module:function'. Received: {target!r}")
+    return module_name, attribute
+
+
+def load(target, key):
+    """The callable `target` names; `UserCodeError` at `key` when it cannot be imported or is not callable."""
+    try:
+        module_name, attribute = split(target)
+    except ValueError as error:
+        raise UserCodeError(key, str(error)) from None
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            raise UserCodeError(
+                key, f"cannot import module '{module_name}' (no module named '{error.name}'; user modules are "
+                "found in python_path, the config's folder and the current directory)"
+            ) from None
+        raise failure(key, f"importing '{module_name}' failed", error) from None
+    except BaseException as error:  # the user's module ran and failed (or exited) at import
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        raise failure(key, f"importing '{module_name}' failed", error) from None
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise UserCodeError(key, f"module '{module_name}' has no function '{attribute}'")
+    return function
+
+
+def call(function, key, *args, **kwargs):
+    """`function(*args, **kwargs)`; whatever it raises (or a `sys.exit`) becomes a `UserCodeError` at `key`."""
+    try:
+        return function(*args, **kwargs)
+    except UserCodeError:
+        raise
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        name = getattr(function, "__qualname__", repr(function))
+        raise failure(key, f"{name}() failed", error) from None
+
+
+def failure(key, what, error):
+    """A `UserCodeError` for `error` raised inside user code, with the user's frames as details."""
+    if isinstance(error, SystemExit):
+        return UserCodeError(key, f"{what}: it called sys.exit({error.code!r})", user_frames(error))
+    summary = f"{type(error).__name__}: {error}".splitlines()[0] if str(error) else type(error).__name__
+    return UserCodeError(key, f"{what}: {summary}", user_frames(error))
+
+
+def user_frames(error):
+    """The traceback of `error` without opt-train's and the import machinery's frames (the user's part)."""
+    ours = os.path.dirname(os.path.abspath(__file__))
+    frames = [
+        frame for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith((ours, "<frozen "))
+    ]
+    lines = traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(error), error)
+    return "Traceback (most recent call last, your code):\n" + "".join(lines) if lines else ""
