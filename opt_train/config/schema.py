@@ -64,6 +64,8 @@ class TrainConfig:
     use_horovod: bool = False
     max_grad_norm: float | None = None
     larc_params: LarcParams | None = None
+    # Your own gradient transforms, each after a named built-in stage (optimizers/user_transforms.py).
+    gradient_transforms: tuple = ()
     regularizer: str | None = None
     regularizer_params: dict = _empty()
     freeze_variables_regex: str | None = None

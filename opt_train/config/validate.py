@@ -75,6 +75,13 @@ def larc_params(value):
     return LarcParams(**{name: checked[name] for name in known})
 
 
+def gradient_transforms(value):
+    """`[{factory, params, after}]`: checked by the pipeline's own TF-free rule, errors at their entry's key."""
+    from opt_train.optimizers import user_transforms
+
+    return registries.call(user_transforms.check_specs, rules.require_list(value))
+
+
 def summaries(value):
     """Names from OPTIMIZER_SUMMARIES; a bad one is reported at `summaries[i]`."""
     items = rules.require_list(value)
@@ -114,6 +121,7 @@ FIELD_RULES = {
     "use_horovod": rules.require_bool,
     "max_grad_norm": rules.optional(rules.positive_float),
     "larc_params": rules.optional(larc_params),
+    "gradient_transforms": gradient_transforms,
     "regularizer": rules.optional(rules.one_of("regularizer", REGULARIZERS, lower=True)),
     "regularizer_params": rules.require_dict,
     "freeze_variables_regex": rules.optional(rules.require_regex),

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import keras
 
-from opt_train.optimizers import names, registry
+from opt_train.optimizers import names, registry, user_transforms
 from opt_train.optimizers.accumulation import accumulate
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.clipping import clip_by_global_norm
@@ -98,8 +98,21 @@ def _dtype_name(dtype):
     return names.check_dtype(getattr(dtype, "name", dtype))
 
 
-def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None):
-    """The gradient pipeline as one named chain (see the module docstring for the order)."""
+def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None, inserted=()):
+    """The gradient pipeline as one named chain (see the module docstring for the order).
+
+    `inserted` is `[(stage, transform)]`: each transform runs right after the
+    built-in stage it names (`user_transforms.STAGES`), several after one stage
+    in the order given.
+    """
+    after = {}
+    for place, transform in inserted:
+        after.setdefault(user_transforms.position(place), []).append(transform)
+
+    def stage(name, transform, place=None):
+        extra = [(f"after_{name}_{i}", t) for i, t in enumerate(after.get(place or name, ()))]
+        return [(name, transform)] + extra
+
     if clip_gradients is not None:
         post = clip_by_global_norm(clip_gradients)
     elif larc_params is not None:
@@ -107,12 +120,13 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
     else:
         post = identity()
     per_update = named_chain(
-        ("allreduce", allreduce(backend, op="mean")),
-        ("finite", finite_check(backend, scaler)),
-        ("post", post),
+        *[(f"after_accumulate_{i}", t) for i, t in enumerate(after.get("accumulate", ()))],
+        *stage("allreduce", allreduce(backend, op="mean")),
+        *stage("finite", finite_check(backend, scaler)),
+        *stage("post", post, "clip"),
     )
     return named_chain(
-        ("unscale", unscale(scaler)),
+        *stage("unscale", unscale(scaler)),
         ("accumulate", accumulate(iter_size, per_update)),
     )
 
@@ -357,7 +371,7 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
                   dtype="float32", clip_gradients=None, summaries=None, larc_params=None,
                   loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
                   distributed=None, freeze_variables_regex=None, on_nonfinite="skip",
-                  max_consecutive_overflows=None, jit_compile=False):
+                  max_consecutive_overflows=None, jit_compile=False, gradient_transforms=None):
     """Given a loss function and optimizer settings, returns a `TrainOp` (OpenSeq2Seq's `optimize_loss` for TF2).
 
     Args:
@@ -382,6 +396,9 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         on_nonfinite: "skip" (count and go on) or "stop" (set `stop_reason`). Defaults to `"skip"`.
         max_consecutive_overflows: stop after this many non-finite updates in a row; None: never.
         jit_compile: XLA-compile the step. Defaults to `False`.
+        gradient_transforms: your own transforms, each run right after a named built-in
+            stage: entries `{factory, params, after}` as in YAML (`user_transforms`), or
+            `(after, GradientTransform)` pairs. Defaults to none.
 
     Returns:
         A `TrainOp`. `train_op(batch, summarize=False)` returns `loss` (float32,
@@ -398,6 +415,7 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     iter_size = names.check_iter_size(iter_size)
     on_nonfinite = names.check_on_nonfinite(on_nonfinite)
     max_consecutive_overflows = names.check_max_consecutive_overflows(max_consecutive_overflows)
+    inserted = user_transforms.build(gradient_transforms)
     if not callable(loss):
         raise ValueError(f"`loss` must be a callable `loss(batch) -> scalar`. Received: loss={loss!r}")
 
@@ -410,7 +428,8 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     if needs_master_weights(dtype):
         opt = MixedPrecisionOptimizerWrapper(opt)
     pipeline = build_pipeline(
-        scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params
+        scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params,
+        inserted=inserted,
     )
     return TrainOp(
         loss, opt, pipeline, scaler, distributed, var_list,

@@ -154,6 +154,7 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
             on_nonfinite=config.on_nonfinite,
             max_consecutive_overflows=config.max_consecutive_overflows,
             jit_compile=config.jit_compile,
+            gradient_transforms=list(config.gradient_transforms),
         )
         train_op.build()
     return train_op
