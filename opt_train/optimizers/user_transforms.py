@@ -53,8 +53,10 @@ def position(stage):
     return LAST_STAGE if stage == "larc" else stage
 
 
-def _unknown(error, key):
+def _unknown(error, key, code="unknown_name"):
+    """An `UnknownNameError` (it carries the suggestion) with the key and code it is about."""
     error.key = key
+    error.code = code
     return error
 
 
@@ -68,7 +70,9 @@ def check_entry(index, entry):
         )
     for name in entry:
         if name not in ENTRY_KEYS:
-            raise _unknown(UnknownNameError("gradient transform key", name, ENTRY_KEYS), f"{here}.{name}")
+            raise _unknown(
+                UnknownNameError("gradient transform key", name, ENTRY_KEYS), f"{here}.{name}", "unknown_key"
+            )
     if "factory" not in entry:
         raise TransformSpecError(f"{here}.factory", "missing", "is required")
     factory = entry["factory"]
@@ -156,7 +160,9 @@ def bind(function, params, here, label="factory"):
     named = [n for n, p in accepted.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for param in params:
         if param not in named and not takes_any:
-            raise _unknown(UnknownNameError(f"{label} parameter", param, named), f"{here}.params.{param}")
+            raise _unknown(
+                UnknownNameError(f"{label} parameter", param, named), f"{here}.params.{param}", "unknown_key"
+            )
     for param in named:
         if accepted[param].default is inspect.Parameter.empty and param not in params:
             raise TransformSpecError(f"{here}.params.{param}", "missing", "is required")
