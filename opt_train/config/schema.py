@@ -61,6 +61,7 @@ class TrainConfig:
     on_nonfinite: str = "skip"
     max_consecutive_overflows: int | None = 20
     iter_size: int = 1
+    iter_size_mode: str = "mean"  # or "sum" (RETURNN's accum_grad_multiple_step)
     use_horovod: bool = False
     max_grad_norm: float | None = None
     larc_params: LarcParams | None = None

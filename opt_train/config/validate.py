@@ -118,6 +118,7 @@ FIELD_RULES = {
     "on_nonfinite": rules.one_of("on_nonfinite policy", names.ON_NONFINITE, lower=True),
     "max_consecutive_overflows": rules.optional(rules.int_at_least_1),
     "iter_size": rules.int_at_least_1,
+    "iter_size_mode": rules.one_of("iter_size_mode", names.ITER_SIZE_MODES, lower=True),
     "use_horovod": rules.require_bool,
     "max_grad_norm": rules.optional(rules.positive_float),
     "larc_params": rules.optional(larc_params),

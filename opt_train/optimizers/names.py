@@ -68,6 +68,10 @@ LARC_PARAMS = {
 LARC_REQUIRED = ("larc_eta",)
 LARC_MODES = ("clip", "scale")
 
+# How `iter_size` micro-batch gradients combine: `mean` (OpenSeq2Seq's iter_size: the update
+# of one batch iter_size times larger) or `sum` (RETURNN's accum_grad_multiple_step).
+ITER_SIZE_MODES = ("mean", "sum")
+
 # What happens to a step whose gradients (or float32 loss) are not finite.
 ON_NONFINITE = ("skip", "stop")
 
@@ -124,6 +128,10 @@ def check_summaries(summaries):
 
 def check_iter_size(iter_size):
     return check_positive_int("iter_size", iter_size)
+
+
+def check_iter_size_mode(mode):
+    return check_choice("iter_size_mode", mode, ITER_SIZE_MODES)
 
 
 def check_max_grad_norm(max_grad_norm):
@@ -252,6 +260,7 @@ def check_loss_scaling(loss_scaling, loss_scaling_params=None):
 
 __all__ = [
     "DTYPES",
+    "ITER_SIZE_MODES",
     "LARC_MODES",
     "LARC_PARAMS",
     "LARC_REQUIRED",
@@ -261,6 +270,7 @@ __all__ = [
     "check_clip_and_larc",
     "check_dtype",
     "check_iter_size",
+    "check_iter_size_mode",
     "check_larc_params",
     "check_loss_scaler_params",
     "check_loss_scaling",
