@@ -35,6 +35,7 @@ from opt_train.optimizers.mixed_precision import (
 )
 from opt_train.optimizers.transform import identity, named_chain, report, state_variables, states_with
 
+
 def get_regularization_loss(model=None):
     """The sum of a model's regularization losses (`model.losses`) in float32; 0.0 when it has none.
 
@@ -354,7 +355,6 @@ class TrainOp(tf.Module):
     @property
     def stop_reason(self):
         """None, or why the run must stop (the first stage with a stop policy that says so)."""
-        self.build()
         for stopper in self._stoppers:
             reason = stopper.stop_reason()
             if reason is not None:

@@ -172,3 +172,14 @@ def test_backoff_resumes_exactly_mid_window(tmp_path):
     second = AutomaticLossScaler("Backoff", params)
     tf.train.Checkpoint(scaler=second).read(path).assert_consumed()
     assert head + run_scaler(second, stream[22:]) == whole
+
+
+def test_backoff_without_parameters_follows_openseq2seq_s_defaults():
+    """automatic_loss_scaler.py: scale_min 1.0, scale_max 2.**24 (also the first scale), factor 2.0, window 2000."""
+    stream = [float(a) for a in 2.0 ** np.random.default_rng(2).normal(-6.0, 3.0, size=60)]
+    for position in (0, 1, 2, 7, 30, 31):
+        stream[position] = math.inf
+    ours = run_scaler(get_loss_scaler("Backoff"), stream)
+    expected = numpy_backoff(stream, scale_min=1.0, scale_max=2.0**24, step_factor=2.0, step_window=2000)
+    np.testing.assert_array_equal(ours, expected)
+    assert ours[0] == 2.0**23  # started at 2**24, halved by the first overflow

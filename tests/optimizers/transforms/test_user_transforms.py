@@ -8,7 +8,7 @@ import tensorflow as tf
 from opt_train.optimizers import GradientTransform
 from opt_train.optimizers.pipeline import optimize_loss
 from opt_train.optimizers.transform import init_empty
-from opt_train.optimizers.user_transforms import TransformSpecError, build, check_specs
+from opt_train.optimizers.user_transforms import build, check_specs
 
 GRAD = np.array([30.0, 40.0, 0.0], np.float32)  # norm 50
 
