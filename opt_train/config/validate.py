@@ -76,10 +76,18 @@ def larc_params(value):
 
 
 def gradient_transforms(value):
-    """`[{factory, params, after}]`: checked by the pipeline's own TF-free rule, errors at their entry's key."""
+    """`[{factory, params, after}]`: each entry checked by the pipeline's own TF-free rule, every bad one reported."""
     from opt_train.optimizers import user_transforms
 
-    return registries.call(user_transforms.check_specs, rules.require_list(value))
+    entries, problems = [], []
+    for index, entry in enumerate(rules.require_list(value)):
+        try:
+            entries.append(user_transforms.check_entry(index, entry))
+        except ValueError as error:
+            problems.append(registries.translate(error))
+    if problems:
+        raise RuleErrors(problems)
+    return tuple(entries)
 
 
 def summaries(value):

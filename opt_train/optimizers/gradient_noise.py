@@ -58,8 +58,8 @@ def check_params(eta=None, gamma=0.55, stddev=None, seed=0):
 
     if (eta is None) == (stddev is None):
         error = ValueError(
-            "needs one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant noise), "
-            f"not both. Received: eta={eta!r}, stddev={stddev!r}"
+            "needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant "
+            f"noise). Received: eta={eta!r}, stddev={stddev!r}"
         )
         error.code = "missing" if eta is None else "conflict"
         raise error

@@ -79,8 +79,8 @@ def test_sparse_gradient_gets_noise_on_the_whole_variable_and_none_stays_none():
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({}, "needs one of `eta`"),
-        ({"eta": 0.1, "stddev": 0.1}, "not both"),
+        ({}, "needs exactly one of `eta`"),
+        ({"eta": 0.1, "stddev": 0.1}, "needs exactly one of `eta`"),
         ({"eta": -0.1}, "`eta` must be > 0. Received: eta=-0.1"),
         ({"stddev": 0}, "`stddev` must be > 0"),
         ({"eta": 0.1, "gamma": -1}, "`gamma` must be >= 0"),

@@ -141,6 +141,24 @@ def test_factory_errors_found_while_building_name_their_key(factory, params, key
     assert caught.value.key == f"gradient_transforms[0].{key}"
 
 
+def test_every_bad_entry_is_reported_at_its_own_line(tmp_path):
+    from opt_train.config import ConfigError, load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "max_steps: 2\n"
+        "gradient_transforms:\n"
+        "  - {factory: gradient_noise, params: {eta: 0.1}, after: alreduce}\n"
+        "  - {factory: gradient_noise, params: {eta: 0.1}}\n"
+        "  - {factory: gradient_noise, params: {stddev: -1}}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config([str(path)])
+    found = [(issue.key, issue.line, issue.code) for issue in caught.value.issues]
+    assert found == [("gradient_transforms[0].after", 3, "unknown_name"),
+                     ("gradient_transforms[2].params.stddev", 5, "out_of_range")]
+
+
 def test_validate_and_train_report_one_located_line(cli, write_config):
     bad_stage = write_config({
         "max_steps": 2,
