@@ -94,11 +94,17 @@ def load(target, key):
     return function
 
 
-def call(function, key, *args, **kwargs):
-    """`function(*args, **kwargs)`; whatever it raises (or a `sys.exit`) becomes a `UserCodeError` at `key`."""
+def call(function, key, *args, passthrough=(), **kwargs):
+    """`function(*args, **kwargs)`; whatever it raises (or a `sys.exit`) becomes a `UserCodeError` at `key`.
+
+    Exceptions of the `passthrough` types are the caller's to interpret (e.g. a
+    `ValueError` a factory raises about one of its parameters) and are left as they are.
+    """
     try:
         return function(*args, **kwargs)
     except UserCodeError:
+        raise
+    except passthrough:
         raise
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):

@@ -61,6 +61,13 @@ def lr_policy_name(name, value):
     return registry("lr_policy").resolve(p.string(name, value))
 
 
+def gradient_transforms(name, value):
+    """`[{factory, params, after}]`, each entry checked by the pipeline's own TF-free rule."""
+    from opt_train.optimizers import user_transforms
+
+    return user_transforms.check_specs(value)
+
+
 def python_path(name, value):
     """Folders to import the user's modules from: one path or a list of paths."""
     entries = [value] if isinstance(value, str) else p.list_of(p.string, text="a path or a list of paths")(name, value)

@@ -62,9 +62,12 @@ class TrainConfig:
     on_nonfinite: str = "skip"
     max_consecutive_overflows: int | None = 20
     iter_size: int = 1
+    iter_size_mode: str = "mean"  # or "sum" (RETURNN's accum_grad_multiple_step)
     use_horovod: bool = False
     max_grad_norm: float | None = None
     larc_params: LarcParams | None = None
+    # Your own gradient transforms, each after a named built-in stage (optimizers/user_transforms.py).
+    gradient_transforms: tuple = ()
     regularizer: str | None = None
     regularizer_params: dict = _empty()
     freeze_variables_regex: str | None = None

@@ -1,4 +1,4 @@
-"""Gradient accumulation (`iter_size`): sums k micro-batches in float32 and emits their mean once.
+"""Gradient accumulation (`iter_size`): sums k micro-batches in float32 and emits their mean (or sum) once.
 
 `accumulate(k, inner)` wraps the stages that must run once per *update* (the
 all-reduce, the finite check, clipping / LARC): they see the mean of k
@@ -8,6 +8,12 @@ returns zeros and `state.emit` is False, so the caller applies nothing.
 
 With k == 1 there are no accumulators and no condition: the wrapper calls
 `inner` directly, so `iter_size: 1` costs nothing.
+
+`mode="sum"` emits the sum instead (RETURNN's `accum_grad_multiple_step`).
+A variable with Keras's `overwrite_with_gradient` (a float8 scale or amax
+statistic, which the optimizer overwrites with its "gradient") accumulates
+the elementwise maximum of its micro-batch values and zero, and is emitted
+as is, exactly as Keras's own `gradient_accumulation_steps` does.
 """
 
 from __future__ import annotations
@@ -22,12 +28,17 @@ from opt_train.optimizers.transform import GradientTransform
 
 class AccumulateState(NamedTuple):
     """`mini_step`: micro-batches summed into the current update; `emit`: the last call ended an update;
-    `accumulators`: one float32 sum per variable (empty when k == 1); `inner`: the wrapped stages' state."""
+    `accumulators`: one float32 sum per variable (empty when k == 1); `inner`: the wrapped stages' state;
+    `loss_finite`: every micro-batch of the current update had a finite loss (None when k == 1)."""
 
     mini_step: tf.Variable
     emit: tf.Variable
     accumulators: tuple
     inner: Any
+    loss_finite: Any = None
+
+    def report(self):
+        return {"update": self.emit.read_value()}
 
 
 def _add_into(accumulator, gradient):
@@ -39,17 +50,24 @@ def _add_into(accumulator, gradient):
     return accumulator.assign_add(tf.cast(gradient, tf.float32))
 
 
-def accumulate(k, inner):
+def _overwritten(variable):
+    return bool(getattr(variable, "overwrite_with_gradient", False))
+
+
+def accumulate(k, inner, mode="mean"):
     """Runs `inner` once every `k` calls on the mean of the k gradients seen since the last update.
 
     Args:
         k: micro-batches per update (`iter_size`), an integer >= 1.
         inner: the transform applied once per update to the averaged gradient.
+        mode: `"mean"` or `"sum"` of the k gradients (`iter_size_mode`). Defaults to `"mean"`.
 
     Returns:
         A `GradientTransform` whose state is an `AccumulateState`.
     """
     k = names.check_iter_size(k)
+    mode = names.check_iter_size_mode(mode)
+    weight = 1.0 / k if mode == "mean" else 1.0
 
     def init(variables):
         accumulators = ()
@@ -64,27 +82,39 @@ def accumulate(k, inner):
             emit=tf.Variable(True, trainable=False, name="emit"),
             accumulators=accumulators,
             inner=inner.init(variables),
+            loss_finite=tf.Variable(True, trainable=False, name="loss_finite") if k > 1 else None,
         )
 
     def update_every_call(grads, state, variables=None, **extra):
         return inner.update(grads, state.inner, variables, **extra)[0], state
 
-    def update_every_kth_call(grads, state, variables=None, **extra):
+    def update_every_kth_call(grads, state, variables=None, loss_is_finite=True, **extra):
         present = [i for i, g in enumerate(grads) if g is not None]
+        # The inner stages judge the whole update: its loss is finite when every micro-batch's was.
+        loss_finite = tf.logical_and(state.loss_finite.read_value(), loss_is_finite)
+        state.loss_finite.assign(loss_finite)
+        extra["loss_is_finite"] = loss_finite
+        overwritten = [variables is not None and _overwritten(variables[i]) for i in range(len(grads))]
         for i in present:
-            _add_into(state.accumulators[i], grads[i])
+            if overwritten[i]:
+                accumulator = state.accumulators[i]
+                accumulator.assign(tf.maximum(accumulator, tf.cast(tf.convert_to_tensor(grads[i]), tf.float32)))
+            else:
+                _add_into(state.accumulators[i], grads[i])
         emit = tf.greater_equal(state.mini_step.assign_add(1), k)
         state.emit.assign(emit)
 
         def flush():
             averaged = [None] * len(grads)
             for i in present:
-                averaged[i] = state.accumulators[i] * (1.0 / k)
+                accumulated = state.accumulators[i].read_value()
+                averaged[i] = accumulated if overwritten[i] else accumulated * weight
             out, _ = inner.update(averaged, state.inner, variables, **extra)
             # Reads above are ordered before these resets by automatic control dependencies.
             for i in present:
                 state.accumulators[i].assign(tf.zeros_like(state.accumulators[i]))
             state.mini_step.assign(0)
+            state.loss_finite.assign(True)
             return [tf.convert_to_tensor(out[i]) for i in present]
 
         def hold():

@@ -25,6 +25,9 @@ class ClipState(NamedTuple):
     norm: tf.Variable
     clipped_norm: tf.Variable
 
+    def report(self):
+        return {"global_clipped_gradient_norm": self.clipped_norm.read_value()}
+
 
 def clip_by_global_norm(max_norm):
     """Scales all gradients together so that their global L2 norm is at most `max_norm`.

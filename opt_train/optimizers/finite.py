@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from opt_train.optimizers import names
 from opt_train.optimizers.transform import GradientTransform, values_of
 
 
@@ -40,18 +41,46 @@ def global_amax(grads):
     return tf.reduce_max(tf.stack(present))
 
 
+# Why a run must stop, by `FiniteState.stop_code` (set in the step, so reading it needs no host sync).
+STOP_REASONS = {
+    1: "the loss is not finite (on_nonfinite: stop)",
+    2: "the gradients are not finite and loss scaling is static (on_nonfinite: stop)",
+    3: "{n} consecutive non-finite updates (max_consecutive_overflows: {n}); the loss scale has "
+       "collapsed or the run diverged",
+}
+
+
 class FiniteState(NamedTuple):
     """`finite`: the last update's verdict; `global_norm`: its float32 norm (before clipping);
-    `skipped_steps`: non-finite updates so far; `consecutive_overflows`: non-finite updates in a row."""
+    `skipped_steps`: non-finite updates so far; `consecutive_overflows`: non-finite updates in a row;
+    `stop_code`: 0, or the key of `STOP_REASONS` once the stop policy says the run must end
+    (sticky); `max_consecutive_overflows`: the policy's limit (a number, not a variable)."""
 
     finite: tf.Variable
     global_norm: tf.Variable
     skipped_steps: tf.Variable
     consecutive_overflows: tf.Variable
+    stop_code: tf.Variable
+    max_consecutive_overflows: int | None = None
+
+    def report(self):
+        return {
+            "apply": self.finite.read_value(),
+            "global_gradient_norm": self.global_norm.read_value(),
+            "skipped_steps": self.skipped_steps.read_value(),
+            "consecutive_overflows": self.consecutive_overflows.read_value(),
+        }
+
+    def stop_reason(self):
+        """None, or why the run must stop (reads one scalar)."""
+        code = int(self.stop_code.numpy())
+        if code == 0:
+            return None
+        return STOP_REASONS[code].format(n=self.max_consecutive_overflows)
 
 
-def finite_check(backend, scaler):
-    """Judges the reduced gradient finite or not, updates `scaler`, and counts skips.
+def finite_check(backend, scaler, *, on_nonfinite="skip", max_consecutive_overflows=None):
+    """Judges the reduced gradient finite or not, updates `scaler`, counts skips, and applies the stop policy.
 
     The gradient is finite when its float32 global norm is: one reduction gives
     both the verdict and the `global_gradient_norm` statistic. (A gradient whose
@@ -60,7 +89,14 @@ def finite_check(backend, scaler):
     Args:
         backend: an `opt_train.distributed.Backend`; `all_finite` makes the verdict collective.
         scaler: the loss scaler; `scaler.update(finite, amax)` runs once per update.
+        on_nonfinite: `"skip"` (count and go on) or `"stop"`: stop at a non-finite loss (extra
+            input `loss_is_finite`, over the whole update), or at a non-finite gradient when
+            the scaler does not adapt (`scaler.adaptive` False: a static scale). Defaults to `"skip"`.
+        max_consecutive_overflows: stop after this many non-finite updates in a row; None: never.
     """
+    on_nonfinite = names.check_on_nonfinite(on_nonfinite)
+    max_consecutive_overflows = names.check_max_consecutive_overflows(max_consecutive_overflows)
+    has_policy = on_nonfinite == "stop" or max_consecutive_overflows is not None
 
     def init(variables):
         del variables
@@ -71,9 +107,21 @@ def finite_check(backend, scaler):
             consecutive_overflows=tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="consecutive_overflows"
             ),
+            stop_code=tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_code"),
+            max_consecutive_overflows=max_consecutive_overflows,
         )
 
-    def update(grads, state, variables=None, **extra):
+    def stop_code(state, loss_is_finite):
+        code = tf.constant(0, tf.int32)
+        if max_consecutive_overflows is not None:
+            code = tf.where(state.consecutive_overflows >= max_consecutive_overflows, 3, code)
+        if on_nonfinite == "stop":
+            if not getattr(scaler, "adaptive", True):
+                code = tf.where(state.skipped_steps > 0, 2, code)
+            code = tf.where(loss_is_finite, code, 1)
+        return code
+
+    def update(grads, state, variables=None, loss_is_finite=True, **extra):
         del variables, extra
         norm = global_norm(grads)
         finite = backend.all_finite(tf.math.is_finite(norm))
@@ -84,6 +132,8 @@ def finite_check(backend, scaler):
         state.global_norm.assign(norm)
         state.skipped_steps.assign_add(skipped)
         state.consecutive_overflows.assign(skipped * (state.consecutive_overflows + 1))
+        if has_policy:
+            state.stop_code.assign(tf.maximum(state.stop_code, stop_code(state, loss_is_finite)))
         return grads, state
 
     return GradientTransform(init, update)

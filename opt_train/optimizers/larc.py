@@ -33,6 +33,10 @@ class LarcState(NamedTuple):
     ratio: tf.Variable
     clip_on: tf.Variable
 
+    def report(self):
+        """Per-variable vectors (aligned with the variables): the factor applied, and whether it was < 1."""
+        return {"larc_ratio": self.ratio.read_value(), "larc_clip_on": self.clip_on.read_value()}
+
 
 def trust_ratio(var_norm, grad_norm, *, eta, mode, min_update, epsilon, learning_rate=None):
     """The LARC factor r for one variable, from float32 norms (see the module docstring)."""

@@ -7,12 +7,14 @@ the finite check calls `scaler.update(finite, amax)` with the verdict on the
 accumulated, reduced gradient, and the scaler picks the next scale.
 
 Every scaler keeps its state in `tf.Variable`s (a `tf.Module`, so it is
-checkpointable) and exposes the same three members: `loss_scale`,
-`update(finite, amax)`, `needs_amax` (whether `update` uses `amax`).
+checkpointable) and exposes the same four members: `loss_scale`,
+`update(finite, amax)`, `needs_amax` (whether `update` uses `amax`) and
+`adaptive` (whether overflows move the scale).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from opt_train.optimizers import names
@@ -23,6 +25,7 @@ class StaticLossScale(tf.Module):
     """A fixed scale (`loss_scaling: 128.0`); `1.0` is "no loss scaling"."""
 
     needs_amax = False
+    adaptive = False  # overflows tell it nothing: a non-finite gradient is the run's, not the scale's
 
     def __init__(self, scale=1.0):
         super().__init__(name="static_loss_scale")
@@ -54,6 +57,13 @@ class BackoffScaler(tf.Module):
 
     so the scale grows after every `step_window` finite updates in a row.
 
+    Only `(i - last) mod w` matters, so the whole state is one float32 vector
+    `[s, (i - last) mod w]` (exact: both are below 2**24 apart from s, a power
+    of the factor times `scale_max`) and one update is a handful of vector ops
+    and a single assign: the rule runs on every update of every step, where a
+    dozen scalar ops on three variables cost a measurable share of a small
+    model's step.
+
     Args:
         scale_min: lower bound of the scale. Defaults to `1.0`.
         scale_max: upper bound and initial scale. Defaults to `2**24`.
@@ -74,34 +84,28 @@ class BackoffScaler(tf.Module):
         self.scale_max = float(params["scale_max"])
         self.step_factor = float(params["step_factor"])
         self.step_window = int(params["step_window"])
-        self.iteration = tf.Variable(0, dtype=tf.int64, trainable=False, name="iteration")
-        self.last_overflow_iteration = tf.Variable(
-            -1, dtype=tf.int64, trainable=False, name="last_overflow_iteration"
+        # [scale, (i - last) mod w]; at the start i - last = 0 - (-1) = 1.
+        self.state = tf.Variable(
+            [self.scale_max, float(1 % self.step_window)], dtype=tf.float32, trainable=False, name="state"
         )
-        self.scale = tf.Variable(self.scale_max, dtype=tf.float32, trainable=False, name="scale")
 
     @property
     def loss_scale(self):
-        return self.scale
-
-    def _clip(self, value):
-        return tf.clip_by_value(value, self.scale_min, self.scale_max)
+        return self.state[0]
 
     def update(self, finite, amax=None):
         del amax
-        iteration = self.iteration.read_value()
-        since_overflow = iteration - self.last_overflow_iteration
-        grow = tf.logical_and(finite, tf.equal(since_overflow % self.step_window, 0))
-        factor = tf.where(
-            finite,
-            tf.where(grow, self.step_factor, 1.0),
-            1.0 / self.step_factor,
-        )
-        self.scale.assign(self._clip(self.scale * factor))
-        self.last_overflow_iteration.assign(
-            tf.where(finite, self.last_overflow_iteration, iteration)
-        )
-        return self.iteration.assign_add(1)
+        state = self.state.read_value()
+        grow = tf.logical_and(finite, tf.equal(state[1], 0.0))
+        # Finite: [s * (f or 1), phase + 1]; overflow: [s / f, 0 + 1] (the phase restarts at i - last = 1).
+        # Dividing (not multiplying by 1/f) rounds as OpenSeq2Seq does for any factor.
+        multiplier = tf.where(grow, tf.constant([self.step_factor, 1.0]), tf.constant([1.0, 1.0]))
+        divisor = tf.where(finite, tf.constant([1.0, 1.0]), tf.constant([self.step_factor, float("inf")]))
+        stepped = state * multiplier / divisor + tf.constant([0.0, 1.0])
+        bounded = tf.clip_by_value(stepped, [self.scale_min, 0.0], [self.scale_max, float(self.step_window)])
+        # The phase wraps at w; the scale (< float32's max) is left as it is by the same op.
+        wrapped = tf.math.floormod(bounded, [float(np.finfo(np.float32).max), float(self.step_window)])
+        return self.state.assign(wrapped)
 
 
 class LogMaxScaler(tf.Module):
@@ -223,6 +227,7 @@ class AutomaticLossScaler(tf.Module):
     """
 
     SUPPORTED_ALGOS = tuple(names.LOSS_SCALERS)
+    adaptive = True  # overflows are how it finds its scale
 
     def __init__(self, algorithm="Backoff", params=None):
         super().__init__(name="automatic_loss_scaler")

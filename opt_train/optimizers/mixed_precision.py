@@ -47,7 +47,7 @@ def compute_dtype(dtype):
     return policy.replace("mixed_", "")
 
 
-def _is_low_precision(variable):
+def is_low_precision(variable):
     return variable.dtype in (tf.float16, tf.bfloat16)
 
 
@@ -58,7 +58,9 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
     its dtype, so small updates accumulate in float32 instead of rounding
     away in float16. float32 variables in the same list are updated directly.
     Loss scaling is not this class's concern: the gradient pipeline unscales
-    before the gradients arrive here (they are float32).
+    before the gradients arrive here (they are float32). A low-precision
+    variable's regularizer is applied here, in float32 on its master (see
+    `_with_penalty`).
 
     Exposes what the pipeline uses of a Keras optimizer: `build`, `apply`,
     `iterations`, `learning_rate`, `variables`.
@@ -94,7 +96,7 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
             return
         targets = []
         for variable in variables:
-            if _is_low_precision(variable):
+            if is_low_precision(variable):
                 master = tf.Variable(
                     tf.cast(variable, tf.float32),
                     trainable=False,
@@ -109,6 +111,23 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         self.optimizer.build(targets)
         self.built = True
 
+    @staticmethod
+    def _with_penalty(grad, variable, target):
+        """`grad` plus the gradient of the variable's regularizer, taken in float32 on its master.
+
+        OpenSeq2Seq's `mp_regularizer_wrapper`: a low-precision variable's penalty
+        (e.g. 1e-8 * sum(w**2)) would underflow in float16, and so would its
+        gradient; on the float32 master it does not. `get_regularization_loss`
+        leaves these penalties out of the loss, so each is counted once.
+        """
+        regularizer = getattr(variable, "regularizer", None)
+        if grad is None or regularizer is None or target is variable:
+            return grad
+        with tf.GradientTape() as tape:
+            tape.watch(target)
+            penalty = tf.cast(regularizer(target), tf.float32)
+        return tf.cast(grad, tf.float32) + tape.gradient(penalty, target)
+
     def apply(self, grads, variables):
         """Applies float32 `grads` to the masters, then copies the masters into `variables`.
 
@@ -117,6 +136,7 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         """
         self.build(variables)
         targets = [self._targets[self._variable_ids.index(id(variable))] for variable in variables]
+        grads = [self._with_penalty(g, variable, target) for g, variable, target in zip(grads, variables, targets)]
         self.optimizer.apply(
             [tf.cast(g, target.dtype) if g is not None else None for g, target in zip(grads, targets)],
             targets,

@@ -44,6 +44,11 @@ MAX_CONSECUTIVE_OVERFLOWS = p.optional(p.integer(1))
 ON_NONFINITE = ("skip", "stop")
 ON_NONFINITE_RULE = p.one_of(*ON_NONFINITE, kind="on_nonfinite policy", lower=True)
 
+# How `iter_size` micro-batch gradients combine: `mean` (OpenSeq2Seq's iter_size: the update
+# of one batch iter_size times larger) or `sum` (RETURNN's accum_grad_multiple_step).
+ITER_SIZE_MODES = ("mean", "sum")
+ITER_SIZE_MODE = p.one_of(*ITER_SIZE_MODES, kind="iter_size_mode", lower=True)
+
 _POSITIVE = p.number(0, low_open=True, strings=True)
 _FRACTION = p.number(0, 1, high_open=True, strings=True)
 _WINDOW = p.integer(1)
@@ -111,6 +116,10 @@ def check_summaries(summaries):
 
 def check_iter_size(iter_size):
     return ITER_SIZE("iter_size", iter_size)
+
+
+def check_iter_size_mode(mode):
+    return ITER_SIZE_MODE("iter_size_mode", mode)
 
 
 def check_max_grad_norm(max_grad_norm):
@@ -245,6 +254,7 @@ def check_loss_scaling(loss_scaling, loss_scaling_params=None):
 
 __all__ = [
     "DTYPES",
+    "ITER_SIZE_MODES",
     "LARC_MODES",
     "LARC_PARAMS",
     "LARC_REQUIRED",
@@ -256,6 +266,7 @@ __all__ = [
     "check_clip_and_larc",
     "check_dtype",
     "check_iter_size",
+    "check_iter_size_mode",
     "check_larc_params",
     "check_loss_scaler_params",
     "check_loss_scaling",

@@ -21,32 +21,38 @@ import tensorflow as tf
 import keras
 
 from opt_train.errors import ParamError
-from opt_train.optimizers import names, registry
+from opt_train.optimizers import names, registry, user_transforms
 from opt_train.optimizers.accumulation import accumulate
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.clipping import clip_by_global_norm
 from opt_train.optimizers.finite import finite_check, l2_norm
 from opt_train.optimizers.freezing import split_frozen, variable_path
 from opt_train.optimizers.larc import larc
-from opt_train.optimizers.loss_scaling import StaticLossScale, get_loss_scaler, unscale
-from opt_train.optimizers.mixed_precision import MixedPrecisionOptimizerWrapper, needs_master_weights
-from opt_train.optimizers.transform import identity, named_chain, state_variables
-
-# Why a run must stop; the codes live in a variable so the step sets them without a host sync.
-STOP_REASONS = {
-    1: "the loss is not finite (on_nonfinite: stop)",
-    2: "the gradients are not finite and loss scaling is static (on_nonfinite: stop)",
-    3: "{n} consecutive non-finite updates (max_consecutive_overflows: {n}); the loss scale has "
-       "collapsed or the run diverged",
-}
+from opt_train.optimizers.loss_scaling import get_loss_scaler, unscale
+from opt_train.optimizers.mixed_precision import (
+    MixedPrecisionOptimizerWrapper,
+    is_low_precision,
+    needs_master_weights,
+)
+from opt_train.optimizers.transform import identity, named_chain, report, state_variables, states_with
 
 
 def get_regularization_loss(model=None):
     """The sum of a model's regularization losses (`model.losses`) in float32; 0.0 when it has none.
 
-    Also accepts a list of loss tensors.
+    Also accepts a list of loss tensors. The weight penalties of float16 /
+    bfloat16 variables are left out: `MixedPrecisionOptimizerWrapper`, which
+    `optimize_loss` uses whenever variables are low precision, applies them in
+    float32 on the master weights (in float16 a 1e-8 penalty underflows).
     """
-    losses = getattr(model, "losses", model) or []
+    losses = list(getattr(model, "losses", model) or [])
+    regularized = [v for v in getattr(model, "trainable_weights", ()) if getattr(v, "regularizer", None)]
+    low = [is_low_precision(v) for v in regularized]
+    if any(low) and len(losses) >= len(regularized):
+        # Keras lists the weight penalties last, one per regularized weight in
+        # `trainable_weights` order (keras.layers.Layer.losses).
+        cut = len(losses) - len(regularized)
+        losses = losses[:cut] + [loss for loss, drop in zip(losses[cut:], low) if not drop]
     if not losses:
         return tf.constant(0.0, tf.float32)
     return tf.add_n([tf.cast(loss, tf.float32) for loss in losses])
@@ -99,8 +105,22 @@ def _dtype_name(dtype):
     return names.check_dtype(getattr(dtype, "name", dtype))
 
 
-def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None):
-    """The gradient pipeline as one named chain (see the module docstring for the order)."""
+def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None, inserted=(),
+                   on_nonfinite="skip", max_consecutive_overflows=None, iter_size_mode="mean"):
+    """The gradient pipeline as one named chain (see the module docstring for the order).
+
+    `inserted` is `[(stage, transform)]`: each transform runs right after the
+    built-in stage it names (`user_transforms.STAGES`), several after one stage
+    in the order given.
+    """
+    after = {}
+    for place, transform in inserted:
+        after.setdefault(user_transforms.position(place), []).append(transform)
+
+    def stage(name, transform, place=None):
+        extra = [(f"after_{name}_{i}", t) for i, t in enumerate(after.get(place or name, ()))]
+        return [(name, transform)] + extra
+
     if clip_gradients is not None:
         post = clip_by_global_norm(clip_gradients)
     elif larc_params is not None:
@@ -108,13 +128,15 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
     else:
         post = identity()
     per_update = named_chain(
-        ("allreduce", allreduce(backend, op="mean")),
-        ("finite", finite_check(backend, scaler)),
-        ("post", post),
+        *[(f"after_accumulate_{i}", t) for i, t in enumerate(after.get("accumulate", ()))],
+        *stage("allreduce", allreduce(backend, op="mean")),
+        *stage("finite", finite_check(backend, scaler, on_nonfinite=on_nonfinite,
+                                      max_consecutive_overflows=max_consecutive_overflows)),
+        *stage("post", post, "clip"),
     )
     return named_chain(
-        ("unscale", unscale(scaler)),
-        ("accumulate", accumulate(iter_size, per_update)),
+        *stage("unscale", unscale(scaler)),
+        ("accumulate", accumulate(iter_size, per_update, mode=iter_size_mode)),
     )
 
 
@@ -133,25 +155,28 @@ class TrainOp(tf.Module):
     See `optimize_loss` for the returned entries.
     """
 
-    def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, freeze_variables_regex,
-                 summaries, on_nonfinite, max_consecutive_overflows, jit_compile, has_larc, has_clip):
+    def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, freeze_variables_regex=None,
+                 summaries=(), jit_compile=False):
         super().__init__(name="train_op")
         self.loss_fn = loss
         self.optimizer = optimizer
         self.scaler = scaler
         self.backend = backend
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self._stop_code = tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_code")
         self._pipeline = pipeline
         self._var_list = var_list
         self._freeze_regex = freeze_variables_regex
         self._summaries = summaries
-        self._on_nonfinite = on_nonfinite
-        self._max_consecutive_overflows = max_consecutive_overflows
-        self._has_larc = has_larc
-        self._has_clip = has_clip
         self._jit_compile = jit_compile
+        # Under Horovod a custom-op all-reduce cannot be XLA-compiled: then the parts around it, the
+        # forward/backward pass and the optimizer update, are compiled each as one XLA call.
+        around_allreduce = jit_compile and backend.size > 1
+        self._forward_backward = (
+            tf.function(self._gradients, jit_compile=True) if around_allreduce else self._gradients
+        )
+        self._apply_update = tf.function(self._apply, jit_compile=True) if around_allreduce else self._apply
         self._state = None
+        self._stoppers = ()
         self.variables_to_train = None
         self.frozen_variables = None
         self._built = False
@@ -197,11 +222,8 @@ class TrainOp(tf.Module):
         self.optimizer.build(variables)
         self._state = self._pipeline.init(variables)
         self._pipeline_variables = _PipelineVariables(state_variables(self._state))
-        if self._jit_compile and self.backend.size > 1:
-            # A custom-op all-reduce cannot be XLA-compiled: compile the parts around it, the
-            # forward/backward pass and the optimizer update, each as one XLA call.
-            self._gradients = tf.function(self._gradients, jit_compile=True)
-            self._apply = tf.function(self._apply, jit_compile=True)
+        # The stages with a stop policy (the finite check), each owning its verdict.
+        self._stoppers = states_with(self._state, "stop_reason")
         self._built = True
         return self
 
@@ -216,35 +238,22 @@ class TrainOp(tf.Module):
         pairs = [(g, v) for g, v in zip(grads, self.variables_to_train) if g is not None]
         self.optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
 
-    def _stop_code_now(self, loss_is_finite, finite_state):
-        code = tf.constant(0, tf.int32)
-        if self._max_consecutive_overflows is not None:
-            code = tf.where(finite_state.consecutive_overflows >= self._max_consecutive_overflows, 3, code)
-        if self._on_nonfinite == "stop":
-            if isinstance(self.scaler, StaticLossScale):
-                code = tf.where(finite_state.skipped_steps > 0, 2, code)
-            code = tf.where(loss_is_finite, code, 1)
-        return code
-
     def _step(self, batch, summarize, statistics):
-        loss, grads = self._gradients(batch)
+        loss, grads = self._forward_backward(batch)
         learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
-        loss_is_finite = tf.math.is_finite(loss)
         grads, state = self._pipeline.update(
             grads, self._state, self.variables_to_train,
-            learning_rate=learning_rate, loss_is_finite=loss_is_finite,
+            learning_rate=learning_rate, loss_is_finite=tf.math.is_finite(loss),
         )
-        per_update = state["accumulate"]
-        finite_state = per_update.inner["finite"]
-        update = per_update.emit.read_value()
-        applied = tf.logical_and(update, finite_state.finite.read_value())
-        tf.cond(applied, lambda: self._apply(grads), lambda: None)
+        stages = report(state)
+        update = stages.pop("update", tf.constant(True))
+        applied = tf.logical_and(update, stages.pop("apply", tf.constant(True)))
+        tf.cond(applied, lambda: self._apply_update(grads), lambda: None)
         self.global_step.assign_add(tf.cast(update, tf.int64))
-        if self._on_nonfinite == "stop" or self._max_consecutive_overflows is not None:
-            self._stop_code.assign(tf.maximum(self._stop_code, self._stop_code_now(loss_is_finite, finite_state)))
         if not (statistics or summarize):
             # Steps nobody reports on return the loss alone: fewer outputs, less per-step cost.
             return {"loss": loss}
+        larc = {name: stages.pop(name) for name in ("larc_ratio", "larc_clip_on") if name in stages}
         result = {
             "loss": loss,
             "global_step": self.global_step.read_value(),
@@ -252,17 +261,13 @@ class TrainOp(tf.Module):
             "applied": applied,
             "learning_rate": learning_rate,
             "loss_scale": tf.cast(self.scaler.loss_scale, tf.float32),
-            "global_gradient_norm": finite_state.global_norm.read_value(),
-            "skipped_steps": finite_state.skipped_steps.read_value(),
-            "consecutive_overflows": finite_state.consecutive_overflows.read_value(),
+            **stages,
         }
-        if self._has_clip:
-            result["global_clipped_gradient_norm"] = per_update.inner["post"].clipped_norm.read_value()
         if summarize:
-            result.update(self._summary_entries(grads, per_update.inner["post"], learning_rate))
+            result.update(self._summary_entries(grads, larc, learning_rate))
         return result
 
-    def _summary_entries(self, grads, post_state, learning_rate):
+    def _summary_entries(self, grads, larc, learning_rate):
         entries = {}
         wanted = set(self._summaries)
         for i, (g, v) in enumerate(zip(grads, self.variables_to_train)):
@@ -275,10 +280,10 @@ class TrainOp(tf.Module):
                 entries[f"variables/{name}"] = tf.convert_to_tensor(v)
             if "variable_norm" in wanted:
                 entries[f"variable_norm/{name}"] = l2_norm(v)
-            if self._has_larc and "larc_summaries" in wanted:
-                ratio = post_state.ratio[i]
+            if larc and "larc_summaries" in wanted:
+                ratio = larc["larc_ratio"][i]
                 entries[f"larc/grad_update/{name}"] = ratio
-                entries[f"larc/clip_on/{name}"] = tf.cast(post_state.clip_on[i], tf.int32)
+                entries[f"larc/clip_on/{name}"] = tf.cast(larc["larc_clip_on"][i], tf.int32)
                 entries[f"larc/final_lr/{name}"] = learning_rate * ratio
         return entries
 
@@ -328,18 +333,21 @@ class TrainOp(tf.Module):
     def checkpoint_items(self):
         """What a `tf.train.Checkpoint` must hold besides the model to resume mid-run."""
         self.build()
-        return {
+        items = {
             "global_step": self.global_step,
             "optimizer": self.optimizer,
             "pipeline": self._pipeline_variables,
             "loss_scaler": self.scaler,
-            "stop_code": self._stop_code,
         }
+        if self._stoppers:
+            # Also under its own name, as checkpoints have always had it.
+            items["stop_code"] = self._stoppers[0].stop_code
+        return items
 
     def state_variables(self):
         """Every variable the run's state is made of (broadcast from rank 0 after a resume)."""
         self.build()
-        found = [self.global_step, self._stop_code, *self.optimizer.variables,
+        found = [self.global_step, *self.optimizer.variables,
                  *self._pipeline_variables.state, *self.scaler.variables]
         unique, seen = [], set()
         for variable in found:
@@ -350,18 +358,20 @@ class TrainOp(tf.Module):
 
     @property
     def stop_reason(self):
-        """None, or why the run must stop (reads one scalar)."""
-        code = int(self._stop_code.numpy())
-        if code == 0:
-            return None
-        return STOP_REASONS[code].format(n=self._max_consecutive_overflows)
+        """None, or why the run must stop (the first stage with a stop policy that says so)."""
+        for stopper in self._stoppers:
+            reason = stopper.stop_reason()
+            if reason is not None:
+                return reason
+        return None
 
 
 def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn=None, var_list=None,
                   dtype="float32", clip_gradients=None, summaries=None, larc_params=None,
                   loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
                   distributed=None, freeze_variables_regex=None, on_nonfinite="skip",
-                  max_consecutive_overflows=None, jit_compile=False):
+                  max_consecutive_overflows=None, jit_compile=False, gradient_transforms=None,
+                  iter_size_mode="mean"):
     """Given a loss function and optimizer settings, returns a `TrainOp` (OpenSeq2Seq's `optimize_loss` for TF2).
 
     Args:
@@ -381,11 +391,16 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         loss_scaling_params: the algorithm's parameters (`names.LOSS_SCALERS`).
         on_horovod: pick the Horovod backend when `distributed` is None.
         iter_size: micro-batches per update. Defaults to `1`.
+        iter_size_mode: `"mean"` (OpenSeq2Seq) or `"sum"` (RETURNN's `accum_grad_multiple_step`)
+            of the micro-batch gradients. Defaults to `"mean"`.
         distributed: an `opt_train.distributed.Backend`; None: `get_backend(on_horovod)`.
         freeze_variables_regex: variables whose path matches get no update and no slots.
         on_nonfinite: "skip" (count and go on) or "stop" (set `stop_reason`). Defaults to `"skip"`.
         max_consecutive_overflows: stop after this many non-finite updates in a row; None: never.
         jit_compile: XLA-compile the step. Defaults to `False`.
+        gradient_transforms: your own transforms, each run right after a named built-in
+            stage: entries `{factory, params, after}` as in YAML (`user_transforms`), or
+            `(after, GradientTransform)` pairs. Defaults to none.
 
     Returns:
         A `TrainOp`. `train_op(batch, summarize=False)` returns `loss` (float32,
@@ -400,8 +415,10 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     larc_params = names.check_larc_params(larc_params)
     names.check_clip_and_larc(clip_gradients, larc_params)
     iter_size = names.check_iter_size(iter_size)
+    iter_size_mode = names.check_iter_size_mode(iter_size_mode)
     on_nonfinite = names.check_on_nonfinite(on_nonfinite)
     max_consecutive_overflows = names.check_max_consecutive_overflows(max_consecutive_overflows)
+    inserted = user_transforms.build(gradient_transforms)
     if not callable(loss):
         raise ValueError(f"`loss` must be a callable `loss(batch) -> scalar`. Received: loss={loss!r}")
 
@@ -414,11 +431,11 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     if needs_master_weights(dtype):
         opt = MixedPrecisionOptimizerWrapper(opt)
     pipeline = build_pipeline(
-        scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params
+        scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params,
+        inserted=inserted, on_nonfinite=on_nonfinite, max_consecutive_overflows=max_consecutive_overflows,
+        iter_size_mode=iter_size_mode,
     )
     return TrainOp(
         loss, opt, pipeline, scaler, distributed, var_list,
-        freeze_variables_regex=freeze_variables_regex, summaries=summaries, on_nonfinite=on_nonfinite,
-        max_consecutive_overflows=max_consecutive_overflows, jit_compile=jit_compile,
-        has_larc=larc_params is not None, has_clip=clip_gradients is not None,
+        freeze_variables_regex=freeze_variables_regex, summaries=summaries, jit_compile=jit_compile,
     )

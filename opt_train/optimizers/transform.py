@@ -116,3 +116,41 @@ def map_values(fn, gradient):
     if isinstance(gradient, tf.IndexedSlices):
         return tf.IndexedSlices(fn(gradient.values), gradient.indices, gradient.dense_shape)
     return fn(gradient)
+
+
+def report(state):
+    """What the stages of a (nested) pipeline state report, merged into one dict of tensors.
+
+    A stage reports through its own state (as Optax's `MultiSteps` and
+    `apply_if_finite` do): a state with a `report()` method returns
+    `{name: tensor}` read after its update. Two names have a meaning the
+    caller acts on: `update` (this call ended an update) and `apply` (this
+    stage lets the update reach the weights); several `apply` verdicts are
+    combined with AND. Any other name is a statistic (first stage wins).
+    """
+    found = {}
+    for stage_state in _states(state):
+        for name, value in stage_state.report().items():
+            if name == "apply" and name in found:
+                found[name] = tf.logical_and(found[name], value)
+            else:
+                found.setdefault(name, value)
+    return found
+
+
+def states_with(state, attribute):
+    """Every stage state in a (nested) pipeline state that has `attribute`, in pipeline order."""
+    return [s for s in _all_states(state) if hasattr(s, attribute)]
+
+
+def _states(state):
+    return [s for s in _all_states(state) if callable(getattr(s, "report", None))]
+
+
+def _all_states(state):
+    """The state and every state nested in it (dicts in insertion order, tuples in field order)."""
+    found = [state] if isinstance(state, tuple) else []
+    children = state.values() if isinstance(state, dict) else state if isinstance(state, (tuple, list)) else ()
+    for child in children:
+        found.extend(_all_states(child))
+    return found

@@ -170,11 +170,13 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
             loss_scaling_params=dict(config.loss_scaling_params),
             on_horovod=config.use_horovod,
             iter_size=config.iter_size,
+            iter_size_mode=config.iter_size_mode,
             distributed=backend,
             freeze_variables_regex=config.freeze_variables_regex,
             on_nonfinite=config.on_nonfinite,
             max_consecutive_overflows=config.max_consecutive_overflows,
             jit_compile=config.jit_compile,
+            gradient_transforms=list(config.gradient_transforms),
         )
         train_op.build()
     return train_op

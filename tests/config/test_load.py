@@ -17,6 +17,7 @@ SPEC_DEFAULTS = {
     "warmup": None, "dtype": "float32", "loss_scaling": 1.0, "loss_scaling_params": {},
     "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False,
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
+    "gradient_transforms": [], "iter_size_mode": "mean",
     "freeze_variables_regex": None, "summaries": [], "save_checkpoint_steps": 500,
     "num_checkpoints": 3, "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
     "random_seed": 0, "jit_compile": False, "python_path": [], "sweep": None,

@@ -143,3 +143,43 @@ def test_get_loss_scaler_and_errors():
         get_loss_scaler("Backoff", {"scale_min": 0})
     with pytest.raises(ValueError, match="`loss_scaling_params` needs an automatic"):
         get_loss_scaler(2.0, {"scale_min": 1.0})
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"scale_min": 1.0, "scale_max": 3.0**12, "step_factor": 3.0, "step_window": 1},
+        {"scale_min": 0.5, "scale_max": 1e6, "step_factor": 1.7, "step_window": 5},
+    ],
+)
+def test_backoff_long_stream_any_factor_and_window(params):
+    rng = np.random.default_rng(11)
+    stream = [float(a) for a in 2.0 ** rng.normal(-6.0, 3.0, size=200)]
+    for position in rng.choice(200, 40, replace=False):
+        stream[position] = math.inf
+    ours = run_scaler(AutomaticLossScaler("Backoff", params), stream)
+    # float32 state against the float64 reference: one rounding per step at most.
+    np.testing.assert_allclose(ours, numpy_backoff(stream, **params), rtol=2e-6)
+
+
+def test_backoff_resumes_exactly_mid_window(tmp_path):
+    params = {"scale_min": 1.0, "scale_max": 2.0**10, "step_factor": 2.0, "step_window": 4}
+    stream = amax_stream()
+    whole = run_scaler(AutomaticLossScaler("Backoff", params), stream)
+    first = AutomaticLossScaler("Backoff", params)
+    head = run_scaler(first, stream[:22])
+    path = tf.train.Checkpoint(scaler=first).write(str(tmp_path / "ckpt"))
+    second = AutomaticLossScaler("Backoff", params)
+    tf.train.Checkpoint(scaler=second).read(path).assert_consumed()
+    assert head + run_scaler(second, stream[22:]) == whole
+
+
+def test_backoff_without_parameters_follows_openseq2seq_s_defaults():
+    """automatic_loss_scaler.py: scale_min 1.0, scale_max 2.**24 (also the first scale), factor 2.0, window 2000."""
+    stream = [float(a) for a in 2.0 ** np.random.default_rng(2).normal(-6.0, 3.0, size=60)]
+    for position in (0, 1, 2, 7, 30, 31):
+        stream[position] = math.inf
+    ours = run_scaler(get_loss_scaler("Backoff"), stream)
+    expected = numpy_backoff(stream, scale_min=1.0, scale_max=2.0**24, step_factor=2.0, step_window=2000)
+    np.testing.assert_array_equal(ours, expected)
+    assert ours[0] == 2.0**23  # started at 2**24, halved by the first overflow

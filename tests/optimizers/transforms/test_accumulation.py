@@ -65,3 +65,25 @@ def test_k_equal_one_has_no_accumulators_and_passes_through():
     out, state = transform.update([grad], state, variables)
     assert state.accumulators == ()
     assert out[0] is grad and bool(state.emit.numpy())
+
+
+def test_an_update_s_loss_is_finite_only_when_every_micro_batch_s_was():
+    """The inner stages judge the whole update: a non-finite loss in any micro-batch reaches them."""
+    from opt_train.optimizers.transform import report
+
+    judged = tf.Variable(True)
+
+    def inner_update(grads, state, variables=None, loss_is_finite=True, **extra):
+        judged.assign(loss_is_finite)
+        return grads, state
+
+    transform = accumulate(2, GradientTransform(init_empty, inner_update))
+    variables = [tf.Variable(tf.zeros([1]))]
+    state = transform.init(variables)
+    step = tf.function(lambda finite: transform.update([tf.ones([1])], state, variables, loss_is_finite=finite))
+    judged_at_updates = []
+    for finite in (False, True, True, True):
+        step(tf.constant(finite))
+        if bool(report(state)["update"]):
+            judged_at_updates.append(bool(judged.numpy()))
+    assert judged_at_updates == [False, True]

@@ -45,3 +45,43 @@ def test_every_rank_skips_when_another_rank_overflowed():
     _step(transform, state, [np.float32([1.0, 2.0])], variables)
     assert not bool(state.finite.numpy())
     assert int(state.skipped_steps.numpy()) == 1
+
+
+def test_stop_policy_is_the_finite_stage_s_own():
+    from opt_train.optimizers.loss_scaling import AutomaticLossScaler
+
+    variables = [tf.Variable(tf.zeros([2]))]
+    nan = [np.float32([np.nan, 0.0])]
+    # A static scale cannot adapt: the first non-finite gradient stops the run.
+    transform = finite_check(SingleProcess(), StaticLossScale(1.0), on_nonfinite="stop")
+    state = transform.init(variables)
+    _step(transform, state, [np.float32([1.0, 2.0])], variables)
+    assert state.stop_reason() is None
+    _step(transform, state, nan, variables)
+    assert "gradients are not finite and loss scaling is static" in state.stop_reason()
+    # An automatic scaler finds its scale by overflowing: only a non-finite loss stops it.
+    transform = finite_check(SingleProcess(), AutomaticLossScaler("Dynamic"), on_nonfinite="stop")
+    state = transform.init(variables)
+    _step(transform, state, nan, variables)
+    assert state.stop_reason() is None
+    transform.update([tf.constant(g) for g in nan], state, variables, loss_is_finite=tf.constant(False))
+    assert "loss is not finite" in state.stop_reason()
+    # The limit on overflows in a row, whatever the policy.
+    transform = finite_check(SingleProcess(), StaticLossScale(1.0), max_consecutive_overflows=2)
+    state = transform.init(variables)
+    for expected in (None, "2 consecutive non-finite updates"):
+        _step(transform, state, nan, variables)
+        reason = state.stop_reason()
+        assert reason is None if expected is None else expected in reason
+
+
+def test_state_reports_the_verdict_and_statistics():
+    from opt_train.optimizers.transform import report
+
+    variables = [tf.Variable(tf.zeros([2]))]
+    transform = finite_check(SingleProcess(), StaticLossScale(1.0))
+    state = transform.init(variables)
+    _step(transform, state, [np.float32([3.0, 4.0])], variables)
+    found = report({"finite": state})
+    assert bool(found["apply"]) and float(found["global_gradient_norm"]) == 5.0
+    assert int(found["skipped_steps"]) == 0 and int(found["consecutive_overflows"]) == 0

@@ -1,0 +1,201 @@
+"""`gradient_transforms:` from YAML: checks each entry TF-free, and loads its factory into a transform.
+
+An entry names a factory, its parameters, and the built-in stage it follows:
+
+    gradient_transforms:
+      - {factory: "my_package.grads:add_noise", params: {stddev: 0.01}, after: allreduce}
+      - {factory: gradient_noise, params: {eta: 0.01}}
+
+`factory` is `package.module:function` (or `package.module.function`), or the
+name of a built-in transform (`BUILTIN_TRANSFORMS`), which is written exactly
+as a user's would be: a module with a factory. The factory is called as
+`factory(**params)` and returns an `opt_train.optimizers.GradientTransform`.
+
+Every error carries the full key it is about (`.key`, e.g.
+`gradient_transforms[1].after`) and a stable `.code`, so the config layer
+reports it at that key whether it is found by `validate` or while `train`
+builds the pipeline.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from opt_train import usercode
+from opt_train.errors import PARAM_CODES, ParamError
+from opt_train.suggest import UnknownNameError
+
+# The built-in stages a transform may follow, in pipeline order. `clip` and
+# `larc` name the same place: the last built-in stage, right before the optimizer
+# (whichever of clipping / LARC is configured, or neither).
+STAGES = ("unscale", "accumulate", "allreduce", "finite", "clip", "larc")
+LAST_STAGE = "clip"
+ENTRY_KEYS = ("factory", "params", "after")
+
+# Built-in transform name -> "module:function" (the same form a user writes).
+BUILTIN_TRANSFORMS = {
+    "gradient_noise": "opt_train.optimizers.gradient_noise:gradient_noise",
+}
+
+KEY = "gradient_transforms"
+
+
+class TransformSpecError(ParamError):
+    """A bad `gradient_transforms` entry: a `ParamError` whose `.key` is the full dotted key."""
+
+    def __init__(self, key, code, message):
+        super().__init__(None, code, message, key=key, text=message)
+
+
+def position(stage):
+    """The canonical place a stage name stands for (`larc` -> `clip`)."""
+    return LAST_STAGE if stage == "larc" else stage
+
+
+def _unknown(error, key, code="unknown_name"):
+    """An `UnknownNameError` (it carries the suggestion) with the key and code it is about."""
+    error.key = key
+    error.code = code
+    return error
+
+
+def check_entry(index, entry):
+    """One entry as `{factory, params, after}` with `after` filled in; raises `TransformSpecError`."""
+    here = f"{KEY}[{index}]"
+    if not isinstance(entry, dict):
+        raise TransformSpecError(
+            here, "wrong_type",
+            f"must be a mapping {{factory: ..., params: ..., after: ...}}. Received: {entry!r}",
+        )
+    for name in entry:
+        if name not in ENTRY_KEYS:
+            raise _unknown(
+                UnknownNameError("gradient transform key", name, ENTRY_KEYS), f"{here}.{name}", "unknown_key"
+            )
+    if "factory" not in entry:
+        raise TransformSpecError(f"{here}.factory", "missing", "is required")
+    factory = entry["factory"]
+    if not isinstance(factory, str) and not callable(factory):
+        raise TransformSpecError(
+            f"{here}.factory", "wrong_type",
+            f"must be 'package.module:function' or a built-in name ({', '.join(BUILTIN_TRANSFORMS)}). "
+            f"Received: {factory!r}",
+        )
+    if isinstance(factory, str):
+        split_factory(factory, f"{here}.factory")
+    params = entry.get("params") or {}
+    if not isinstance(params, dict):
+        raise TransformSpecError(f"{here}.params", "wrong_type", f"must be a mapping. Received: {params!r}")
+    after = entry.get("after", LAST_STAGE)
+    if not isinstance(after, str) or after not in STAGES:
+        raise _unknown(UnknownNameError("pipeline stage", after, STAGES), f"{here}.after")
+    if isinstance(factory, str) and factory in BUILTIN_TRANSFORMS:
+        _check_builtin_params(factory, params, here)
+    return {"factory": factory, "params": dict(params), "after": after}
+
+
+def check_specs(specs):
+    """The `gradient_transforms` list, each entry checked (TF-free); the first problem is raised."""
+    if specs is None:
+        return ()
+    if not isinstance(specs, (list, tuple)):
+        raise TransformSpecError(KEY, "wrong_type", f"must be a list of transforms. Received: {specs!r}")
+    return tuple(check_entry(index, entry) for index, entry in enumerate(specs))
+
+
+def split_factory(target, key):
+    """`("module", "function")` of a factory string; a built-in name gives its module."""
+    target = BUILTIN_TRANSFORMS.get(target, target)
+    module, sep, function = target.rpartition(":") if ":" in target else target.rpartition(".")
+    if not sep or not module or not function.isidentifier():
+        if "." not in target and ":" not in target:
+            raise _unknown(UnknownNameError("gradient transform", target, BUILTIN_TRANSFORMS), key)
+        raise TransformSpecError(
+            key, "wrong_type",
+            f"must be 'package.module:function' or a built-in name ({', '.join(BUILTIN_TRANSFORMS)}). "
+            f"Received: {target!r}",
+        )
+    return module, function
+
+
+def load_factory(target, key):
+    """The callable a factory string names; a `usercode.UserCodeError` at `key` when it cannot be loaded."""
+    if callable(target):
+        return target
+    module_name, function_name = split_factory(target, key)
+    return usercode.load(f"{module_name}:{function_name}", key)
+
+
+def _check_builtin_params(name, params, here):
+    """A built-in's parameters, checked by the module's own TF-free `check_params`."""
+    function = load_factory(name, f"{here}.factory")
+    checker = getattr(inspect.getmodule(function), "check_params", None)
+    if checker is None:
+        return
+    bind(checker, params, here, label=name)
+    try:
+        checker(**params)
+    except ValueError as error:
+        raise _at_param(error, params, here) from None
+
+
+def bind(function, params, here, label="factory"):
+    """Checks `params` against `function`'s signature: an unknown or a missing parameter, at its key."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    accepted = signature.parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    named = [n for n, p in accepted.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for param in params:
+        if param not in named and not takes_any:
+            raise _unknown(
+                UnknownNameError(f"{label} parameter", param, named), f"{here}.params.{param}", "unknown_key"
+            )
+    for param in named:
+        if accepted[param].default is inspect.Parameter.empty and param not in params:
+            raise TransformSpecError(f"{here}.params.{param}", "missing", "is required")
+
+
+def _at_param(error, params, here):
+    """A factory's `ValueError` placed at the parameter it names (its `.param`), else at `params`."""
+    name = getattr(error, "param", None)
+    key = f"{here}.params.{name}" if name in params else f"{here}.params"
+    code = getattr(error, "code", None)
+    return TransformSpecError(key, code if code in PARAM_CODES else "out_of_range", str(error))
+
+
+def build(specs):
+    """`[(stage, GradientTransform)]` from checked or raw entries (imports each factory, then calls it).
+
+    Entries may also be `(after, transform)` pairs built in Python.
+    """
+    from opt_train.optimizers.transform import GradientTransform
+
+    built = []
+    for index, entry in enumerate(specs or ()):
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], GradientTransform):
+            after, transform = entry
+            if after not in STAGES:
+                raise _unknown(UnknownNameError("pipeline stage", after, STAGES), f"{KEY}[{index}].after")
+            built.append((position(after), transform))
+            continue
+        entry = check_entry(index, entry)
+        here = f"{KEY}[{index}]"
+        function = load_factory(entry["factory"], f"{here}.factory")
+        params = entry["params"]
+        bind(function, params, here)
+        try:
+            # A ValueError is the factory rejecting a parameter; anything else is a bug in it.
+            transform = usercode.call(function, f"{here}.factory", passthrough=ValueError, **params)
+        except ValueError as error:
+            raise _at_param(error, params, here) from None
+        if not isinstance(transform, GradientTransform):
+            raise TransformSpecError(
+                f"{here}.factory", "wrong_type",
+                "must return an opt_train.optimizers.GradientTransform(init, update). "
+                f"Received: {type(transform).__name__}",
+            )
+        built.append((position(entry["after"]), transform))
+    return built
