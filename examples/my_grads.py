@@ -20,22 +20,24 @@ put your own package on PYTHONPATH.
   (once per update after `accumulate` or later, once per micro-batch after
   `unscale`). `grads` is a list aligned with `variables`; entries may be
   None or `tf.IndexedSlices`. Change state only with `assign*`.
-- Check the parameters in the factory and raise `ValueError` in the form
-  "`max_value` must be > 0. Received: ...": opt-train reports it at
-  `gradient_transforms[i].params.max_value` with the file and line.
+- Check the parameters in the factory and raise `opt_train.errors.ParamError`
+  naming the parameter: opt-train reports it at
+  `gradient_transforms[i].params.max_value` with the file and line (a plain
+  `ValueError` is reported at `gradient_transforms[i].params`).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from opt_train.errors import ParamError
 from opt_train.optimizers.transform import GradientTransform, init_empty, map_values
 
 
 def clip_by_value(max_value):
     """Clips every gradient element to `[-max_value, max_value]` (sparse gradients stay sparse)."""
     if isinstance(max_value, bool) or not isinstance(max_value, (int, float)) or not max_value > 0:
-        raise ValueError(f"`max_value` must be > 0. Received: max_value={max_value!r}")
+        raise ParamError("max_value", "out_of_range", "must be > 0", max_value)
     limit = float(max_value)
 
     def update(grads, state, variables=None, **extra):

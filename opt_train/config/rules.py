@@ -62,10 +62,18 @@ def lr_policy_name(name, value):
 
 
 def gradient_transforms(name, value):
-    """`[{factory, params, after}]`, each entry checked by the pipeline's own TF-free rule."""
+    """`[{factory, params, after}]`, each entry checked by the pipeline's own TF-free rule, every bad one reported."""
     from opt_train.optimizers import user_transforms
 
-    return user_transforms.check_specs(value)
+    entries, errors = [], []
+    for index, entry in enumerate(p.list_of(p.anything, text="a list of transforms")(name, value)):
+        try:
+            entries.append(user_transforms.check_entry(index, entry))
+        except ParamError as error:
+            errors.append(error)
+    if errors:
+        raise p.ParamErrors(errors)
+    return tuple(entries)
 
 
 def python_path(name, value):

@@ -35,9 +35,13 @@ References:
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, NamedTuple
+
+from opt_train import params as p
+from opt_train.errors import ParamError
+
+_POSITIVE = p.number(0, low_open=True)
+_NON_NEGATIVE = p.number(0)
 
 
 class GradientNoiseState(NamedTuple):
@@ -48,29 +52,20 @@ class GradientNoiseState(NamedTuple):
 
 def check_params(eta=None, gamma=0.55, stddev=None, seed=0):
     """The parameters, checked without TensorFlow (the config layer calls this before training)."""
-
-    def number(name, value, low, inclusive):
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or value < low or (value == low and not inclusive):
-            rule = f">= {low}" if inclusive else f"> {low}"
-            raise ValueError(f"`{name}` must be {rule}. Received: {name}={value!r}")
-        return float(value)
-
     if (eta is None) == (stddev is None):
-        error = ValueError(
-            "needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant "
-            f"noise). Received: eta={eta!r}, stddev={stddev!r}"
+        raise ParamError(
+            "eta" if eta is None else "stddev", "missing" if eta is None else "conflict",
+            "needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant noise)",
+            text="needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant "
+            f"noise). Received: eta={eta!r}, stddev={stddev!r}",
         )
-        error.code = "missing" if eta is None else "conflict"
-        raise error
     if eta is not None:
-        number("eta", eta, 0, inclusive=False)
+        eta = _POSITIVE("eta", eta)
     else:
-        number("stddev", stddev, 0, inclusive=False)
-    number("gamma", gamma, 0, inclusive=True)
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-        raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    return {"eta": eta, "gamma": gamma, "stddev": stddev, "seed": int(seed)}
+        stddev = _POSITIVE("stddev", stddev)
+    gamma = _NON_NEGATIVE("gamma", gamma)
+    seed = p.integer()("seed", seed)
+    return {"eta": eta, "gamma": gamma, "stddev": stddev, "seed": seed}
 
 
 def gradient_noise(eta=None, gamma=0.55, stddev=None, seed=0):
