@@ -27,6 +27,11 @@ _DATA_FILE = re.compile(r"^(?P<prefix>.+)\.data-\d{5}-of-\d{5}$")
 ACCEPTED = "a checkpoint prefix (…/checkpoints/ckpt-100), its .index or .data-* file, or a folder (its newest)"
 
 
+# What TF's checkpoint reader raises on a damaged file or a checkpoint of another model
+# (a short read surfaces as IndexError from its C++ reader).
+_RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, OSError, IndexError, KeyError, RuntimeError)
+
+
 class CheckpointUnusable(Exception):
     """One checkpoint cannot be restored into this run (damaged, or saved by another model)."""
 
@@ -147,7 +152,7 @@ class Checkpoints:
             else:
                 status.expect_partial()
                 status.assert_existing_objects_matched()
-        except (tf.errors.OpError, ValueError, AssertionError, OSError) as error:
+        except _RESTORE_ERRORS as error:
             if status is not None:
                 status.expect_partial()  # the refusal says it; TF's warnings at exit would repeat it
             if given:
@@ -159,13 +164,18 @@ class Checkpoints:
         number = _number(restored)
         kept = [p for p in reversed(list_checkpoints(self.directory)) if _number(p) <= number]
         kept = [p for p in kept if any(n.startswith(os.path.basename(p) + ".data-") for n in os.listdir(self.directory))]
-        state = tf.train.get_checkpoint_state(self.directory)
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except Exception:  # noqa: BLE001 - a garbled state file is what is being rebuilt
+            state = None
         if state is not None and state.model_checkpoint_path == restored and list(state.all_model_checkpoint_paths) == kept:
             return
+        # With their times, the manager rotates these as its own (without, it keeps them forever).
         tf.compat.v1.train.update_checkpoint_state(
             self.directory,
             os.path.basename(restored),
             all_model_checkpoint_paths=[os.path.basename(p) for p in kept],
+            all_model_checkpoint_timestamps=[os.path.getmtime(p + ".index") for p in kept],
         )
 
     def save(self, step):
