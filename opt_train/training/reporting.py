@@ -122,7 +122,8 @@ class Reporter:
     def close(self):
         if self.enabled:
             for writer in self._writers.values():
-                writer.flush()
+                writer.close()  # releases the event files (a logdir on a removable mount can go)
+            self._writers = {}
             if self.jsonl is not None:
                 self.jsonl.close()
 

@@ -167,7 +167,7 @@ def test_an_unusable_logdir_is_one_line_exit_2_and_nothing_is_written(cli, write
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["blocker.txt", "config.yaml"] + (["ro"] if case == "read_only" else []))
     finally:
         if case == "read_only":
-            subprocess.run(["umount", str(tmp_path / "ro")], check=False)
+            subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=False)
 
 
 def test_launched_as_ranks_without_use_horovod_is_refused_naming_the_key(write_config, tmp_path):
