@@ -403,6 +403,10 @@ class _Benchmark:
             "benchmark/time_per_step": seconds,
             "benchmark/samples_per_sec": self.run.backend.allreduce_scalar(per_rank, op="sum"),
             "benchmark/updates_timed": updates,
+            # Samples the timed updates took, all ranks together: what samples_per_sec divides.
+            "benchmark/samples_timed": self.run.backend.allreduce_scalar(
+                updates * self.run.config.batch_size_per_gpu * self.run.config.iter_size, op="sum"
+            ),
         }
 
     def summary(self):
