@@ -134,7 +134,9 @@ class Session:
             # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
             os.makedirs(config.logdir, exist_ok=True)
             config.dump(os.path.join(config.logdir, "config.yaml"))
-            self.reporter.resume(self.step)
+            if resume:
+                # A killed run's records after the restored step are done again: drop them.
+                self.reporter.resume(self.step)
         # The train stream is a pure function of (seed, position) on every rank, so
         # skipping the batches already consumed resumes it exactly, for any number of
         # ranks, without checkpointing an iterator per rank.
