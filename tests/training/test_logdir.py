@@ -195,3 +195,23 @@ def test_use_horovod_without_a_launcher_warns(write_config, tmp_path):
         assert "not started by horovodrun" in check_launch(config)
     finally:
         os.environ.update({k: v for k, v in saved.items() if v is not None})
+
+
+def test_a_logdir_on_a_full_disk_is_one_line_exit_1(cli, write_config, tmp_path):
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk)
+    try:
+        with open(disk / "filler", "wb") as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            except OSError:
+                pass
+        result = cli("train", "--config", write_config({**RUN, "logdir": str(disk / "run")}))
+        assert result.exit_code == 1, result.output
+        assert "disk full" in _one_error_line(result)
+        written = [p for p in (disk / "run").rglob("*") if p.is_file() and p.stat().st_size] if (disk / "run").exists() else []
+        assert written == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
