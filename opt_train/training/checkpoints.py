@@ -2,9 +2,9 @@
 
 `tf.train.CheckpointManager` writes the data files first and then replaces the
 `checkpoint` state file atomically, so a kill during a save leaves the state file
-pointing at the previous, complete checkpoint. The state file is not trusted on
-restore: the checkpoints are found from the `.index` files present, newest first,
-and each is verified (every saved object matched, every object restored) before it
+pointing at the previous, complete checkpoint. The state file is not trusted blindly on
+restore: its checkpoint is tried first, then the others found from the `.index` files
+present, newest first, and each is verified (every saved object matched, every object restored) before it
 is used. A damaged newest checkpoint is passed over with one line, and the state file
 is rebuilt from what restored, so the manager's rotation never deletes a good
 checkpoint because a newer one failed to load.
@@ -120,7 +120,7 @@ class Checkpoints:
             self._restore_one(path, whole, given=True)
             return path
         failures = []
-        for candidate in list_checkpoints(self.directory):
+        for candidate in self._candidates():
             try:
                 self._restore_one(candidate, whole)
             except CheckpointUnusable as error:
@@ -142,6 +142,17 @@ class Checkpoints:
                 f"{os.path.basename(newest)}: {error}. Use --no-resume to start afresh in a new folder"
             )
         return None
+
+    def _candidates(self):
+        """The state file's checkpoint first (the last save that completed), then every other, newest first."""
+        present = list_checkpoints(self.directory)
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except Exception:  # noqa: BLE001 - a garbled state file: the files present decide
+            state = None
+        named = os.path.basename(state.model_checkpoint_path) if state and state.model_checkpoint_path else None
+        first = [p for p in present if os.path.basename(p) == named]
+        return first + [p for p in present if p not in first]
 
     def _restore_one(self, path, whole, given=False):
         status = None
