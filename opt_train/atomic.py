@@ -2,16 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 
 
 def write_text(path, text):
-    """Writes `text` to `path` so a reader never sees half a file."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    """Writes `text` to `path` so a reader never sees half a file, nor a crash an empty one.
+
+    The temporary file has a name of its own (two writers never share one, and a
+    symlink planted under a fixed name is never followed); it is fsynced before the
+    rename, so after a power loss `path` holds the old or the new text, whole.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder):
+    """Makes the rename itself durable (a no-op where folders cannot be opened)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def write_json(path, payload):

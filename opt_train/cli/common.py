@@ -10,7 +10,7 @@ import click
 
 from opt_train.config import ConfigError, load_config
 from opt_train.distributed.base import HorovodUnavailableError
-from opt_train.training.errors import Interrupted, TrainingFailed
+from opt_train.training.errors import Interrupted, RunRefused, TrainingFailed
 
 
 class ConfigUsageError(click.UsageError):
@@ -77,6 +77,8 @@ def user_errors():
         raise ConfigUsageError(str(error)) from None
     except HorovodUnavailableError as error:
         raise ConfigUsageError(f"use_horovod: {error}") from None
+    except RunRefused as error:
+        raise ConfigUsageError(str(error)) from None
     except TrainingFailed as error:
         raise TrainingFailedError(str(error)) from None
     except Interrupted as error:

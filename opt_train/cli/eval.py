@@ -13,13 +13,13 @@ from opt_train.cli.common import config_options, import_tensorflow, load, user_e
     "--checkpoint",
     type=click.Path(),
     default=None,
-    help="Checkpoint prefix to load (default: the latest in logdir).",
+    help="Checkpoint prefix, its .index or .data-* file, or a folder (its newest); default: the newest in logdir.",
 )
 def eval_command(configs, overrides, checkpoint):
     """Evaluate a checkpoint and print the metrics as JSON."""
     config = load(configs, overrides)
-    import_tensorflow()
     with user_errors():
+        import_tensorflow()
         from opt_train.training import evaluate
 
         results = evaluate(config, checkpoint=checkpoint)

@@ -1,15 +1,92 @@
-"""Checkpoints on disk: save every N updates keeping the newest K, restore the latest on resume.
+"""Checkpoints on disk: save every N updates keeping the newest K; restore the newest that restores whole.
 
 `tf.train.CheckpointManager` writes the data files first and then replaces the
-`checkpoint` index file atomically, so a kill during a save leaves the index
-pointing at the previous, complete checkpoint.
+`checkpoint` state file atomically, so a kill during a save leaves the state file
+pointing at the previous, complete checkpoint. The state file is not trusted blindly on
+restore: its checkpoint is tried first, then the others found from the `.index` files
+present, newest first, and each is verified (every saved object matched, every object restored) before it
+is used. A damaged newest checkpoint is passed over with one line, and the state file
+is rebuilt from what restored, so the manager's rotation never deletes a good
+checkpoint because a newer one failed to load.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
 
 import tensorflow as tf
+
+from opt_train.training.errors import RunRefused, TrainingFailed
+
+_NUMBERED = re.compile(r"-(\d+)$")
+_DATA_FILE = re.compile(r"^(?P<prefix>.+)\.data-\d{5}-of-\d{5}$")
+# How a checkpoint argument may be given, for the message that refuses anything else.
+ACCEPTED = "a checkpoint prefix (…/checkpoints/ckpt-100), its .index or .data-* file, or a folder (its newest)"
+
+
+# What TF's checkpoint reader raises on a damaged file or a checkpoint of another model
+# (a short read surfaces as IndexError from its C++ reader).
+_RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, OSError, IndexError, KeyError, RuntimeError)
+
+
+class CheckpointUnusable(Exception):
+    """One checkpoint cannot be restored into this run (damaged, or saved by another model)."""
+
+
+def list_checkpoints(directory):
+    """The checkpoint prefixes in `directory` that have an `.index` file, newest (highest number) first."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    prefixes = [os.path.join(directory, name[: -len(".index")]) for name in names if name.endswith(".index")]
+    return sorted(prefixes, key=_number, reverse=True)
+
+
+def _number(prefix):
+    found = _NUMBERED.search(os.path.basename(prefix))
+    return int(found.group(1)) if found else -1
+
+
+def resolve_checkpoint(path, logdir=None, *, option="--checkpoint"):
+    """The checkpoint prefix `path` names, for `eval`, `export` and `predict`.
+
+    `path` may be a prefix, its `.index` or `.data-*` file, a checkpoints folder or a
+    logdir (their newest checkpoint); None means the newest in `logdir`. Anything else
+    is a RunRefused naming `option`.
+    """
+    if path is None:
+        folder = os.path.join(logdir, "checkpoints")
+        found = list_checkpoints(folder)
+        if not found:
+            raise RunRefused(f"no checkpoint in {folder}: train first, or give {option} ({ACCEPTED})")
+        return found[0]
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        for folder in (path, os.path.join(path, "checkpoints")):
+            found = list_checkpoints(folder)
+            if found:
+                return found[0]
+        raise RunRefused(f"{option} {path}: a folder with no checkpoint in it; give {ACCEPTED}")
+    prefix = path
+    if path.endswith(".index"):
+        prefix = path[: -len(".index")]
+    elif _DATA_FILE.match(os.path.basename(path)):
+        prefix = os.path.join(os.path.dirname(path), _DATA_FILE.match(os.path.basename(path)).group("prefix"))
+    if os.path.isfile(prefix + ".index"):
+        return prefix
+    if os.path.lexists(path):
+        raise RunRefused(f"{option} {path}: not a checkpoint; give {ACCEPTED}")
+    raise RunRefused(f"{option} {path}: no such checkpoint; give {ACCEPTED}")
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    text = text[0] if text else type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 class Checkpoints:
@@ -19,24 +96,142 @@ class Checkpoints:
         self.directory = os.path.join(logdir, "checkpoints")
         self.checkpoint = tf.train.Checkpoint(**items)
         self.writer = writer
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self.directory, max_to_keep=max_to_keep, step_counter=step
-        ) if writer else None
+        self.step_counter = step
+        self.max_to_keep = max_to_keep
+        self.last_saved_step = None
+        # One line per checkpoint passed over on restore, for the progress output.
+        self.notes = []
+        # Made on the first save: it reads the state file, which a restore may rebuild first.
+        self._manager = None
 
     @property
     def latest(self):
-        return tf.train.latest_checkpoint(self.directory)
+        found = list_checkpoints(self.directory)
+        return found[0] if found else None
 
-    def restore(self, path=None):
-        """Restores `path` (default: the latest); returns the path restored, or None."""
-        path = path or self.latest
-        if path is None:
-            return None
-        self.checkpoint.restore(path).expect_partial()
-        return path
+    def restore(self, path=None, *, whole=True):
+        """Restores `path`, or else the newest checkpoint that restores; returns the path restored, or None.
+
+        `whole`: every object of the checkpoint must match one of this run and every
+        object of this run must be restored (a resume); otherwise only this run's
+        objects must all be found (an evaluation of the model alone).
+        """
+        if path is not None:
+            self._restore_one(path, whole, given=True)
+            return path
+        failures = []
+        for candidate in self._candidates():
+            try:
+                self._restore_one(candidate, whole)
+            except CheckpointUnusable as error:
+                failures.append((candidate, error))
+                continue
+            self.notes += [
+                f"checkpoint {os.path.basename(bad)} does not restore ({error}); it is passed over, not deleted"
+                for bad, error in failures
+            ]
+            number = _number(candidate)
+            self.last_saved_step = number if number >= 0 else None
+            if self.writer:
+                self._rebuild_state(candidate)
+            return candidate
+        if failures:
+            newest, error = failures[0]
+            raise RunRefused(
+                f"no checkpoint in {self.directory} restores into this run ({len(failures)} tried); "
+                f"{os.path.basename(newest)}: {error}. Use --no-resume to start afresh in a new folder"
+            )
+        return None
+
+    def _candidates(self):
+        """The state file's checkpoint first (the last save that completed), then every other, newest first."""
+        present = list_checkpoints(self.directory)
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except Exception:  # noqa: BLE001 - a garbled state file: the files present decide
+            state = None
+        named = os.path.basename(state.model_checkpoint_path) if state and state.model_checkpoint_path else None
+        first = [p for p in present if os.path.basename(p) == named]
+        return first + [p for p in present if p not in first]
+
+    def _restore_one(self, path, whole, given=False):
+        status = None
+        try:
+            status = self.checkpoint.restore(path)
+            if whole:
+                status.assert_consumed()
+            else:
+                status.expect_partial()
+                status.assert_existing_objects_matched()
+        except _RESTORE_ERRORS as error:
+            if status is not None:
+                status.expect_partial()  # the refusal says it; TF's warnings at exit would repeat it
+            if given:
+                raise RunRefused(f"checkpoint {path} does not restore into this model: {_first_line(error)}") from None
+            raise CheckpointUnusable(_first_line(error)) from None
+
+    def _rebuild_state(self, restored):
+        """Points the `checkpoint` state file at `restored` and the complete checkpoints before it."""
+        number = _number(restored)
+        kept = [p for p in reversed(list_checkpoints(self.directory)) if _number(p) <= number]
+        kept = [p for p in kept if any(n.startswith(os.path.basename(p) + ".data-") for n in os.listdir(self.directory))]
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except Exception:  # noqa: BLE001 - a garbled state file is what is being rebuilt
+            state = None
+        if state is not None and state.model_checkpoint_path == restored and list(state.all_model_checkpoint_paths) == kept:
+            return
+        # With their times, the manager rotates these as its own (without, it keeps them forever).
+        tf.compat.v1.train.update_checkpoint_state(
+            self.directory,
+            os.path.basename(restored),
+            all_model_checkpoint_paths=[os.path.basename(p) for p in kept],
+            all_model_checkpoint_timestamps=[os.path.getmtime(p + ".index") for p in kept],
+        )
 
     def save(self, step):
-        """Writes a checkpoint for update `step` (rank 0 only; others do nothing)."""
-        if self.writer:
-            return self.manager.save(checkpoint_number=step)
-        return None
+        """Writes a checkpoint for update `step` once (rank 0 only; others do nothing).
+
+        A failed save (disk full, say) is a TrainingFailed naming the previous
+        checkpoint, which stays intact; the save's temporary files are removed.
+        """
+        if not self.writer or step == self.last_saved_step:
+            return None
+        if self._manager is None:
+            self._manager = tf.train.CheckpointManager(
+                self.checkpoint, self.directory, max_to_keep=self.max_to_keep, step_counter=self.step_counter
+            )
+        try:
+            path = self._manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as error:
+            self._remove_temporaries()
+            previous = self.latest
+            kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint"
+            if _is_disk_full(error):
+                raise TrainingFailed(f"disk full while saving the checkpoint at step {step}; {kept}") from None
+            raise TrainingFailed(f"could not save the checkpoint at step {step}: {_first_line(error)}; {kept}") from None
+        self.last_saved_step = step
+        return path
+
+    def _remove_temporaries(self):
+        """What a failed save leaves: `ckpt-N_temp/` folders and the state file's temporary."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name.endswith("_temp") or "_temp/" in name or re.search(r"_temp$|\.tmp[0-9a-f]*$", name):
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+
+
+def _is_disk_full(error):
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return "No space left" in str(error) or isinstance(error, tf.errors.ResourceExhaustedError)

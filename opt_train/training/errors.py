@@ -14,3 +14,11 @@ class Interrupted(RuntimeError):
     def __init__(self, message, signal_number):
         super().__init__(message)
         self.exit_code = 128 + signal_number
+
+
+class RunRefused(ValueError):
+    """The run cannot start as asked, and nothing was changed: exit 2, one line.
+
+    The logdir holds another run, is busy, cannot be written, or a checkpoint given
+    (or found) does not restore into this run.
+    """

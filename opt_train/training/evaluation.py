@@ -39,13 +39,14 @@ def evaluate(config, checkpoint=None):
     """Evaluates `checkpoint` (default: the latest in logdir) and returns the metrics."""
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
-    from opt_train.training.checkpoints import Checkpoints
-    from opt_train.training.errors import TrainingFailed
+    from opt_train.training.checkpoints import Checkpoints, resolve_checkpoint
 
+    # An unusable argument, or no checkpoint at all, is refused before anything is built.
+    found = resolve_checkpoint(checkpoint, config.logdir)
+    path = found if checkpoint is not None else None  # None: the newest that restores
     run = build_run(config, get_backend(False), with_train_op=False)
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
-    restored = checkpoints.restore(checkpoint)
-    if restored is None:
-        raise TrainingFailed(f"no checkpoint to evaluate in {checkpoints.directory}")
+    # Every weight of the model must come from the checkpoint: a partial match is refused.
+    restored = checkpoints.restore(path, whole=False)
     results = Evaluator(run.model, run.data, jit_compile=config.jit_compile)()
     return {"checkpoint": restored, **{f"eval/{k}": v for k, v in results.items()}}

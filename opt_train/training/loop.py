@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
 import signal
 import time
@@ -20,11 +22,18 @@ STOP_CHECK_EVERY = 10
 _FLAGS = ("update", "applied")
 
 
-def train(config, *, resume=True, benchmark=False, backend=None):
-    """Trains the run `config` describes; returns the final metrics it writes to logdir."""
+def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=False):
+    """Trains the run `config` describes; returns the final metrics it writes to logdir.
+
+    `resume`: continue the run in logdir when the config describes the same run
+    (`resume_changed`: even if run-defining keys changed); False starts afresh, in a
+    fresh folder beside logdir when logdir holds a run (see `training.logdir`).
+    """
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
+    from opt_train.training.logdir import LogdirLock, check_launch, prepare
 
+    warning = check_launch(config)
     if benchmark:
         # As OpenSeq2Seq's --benchmark: time training alone, from a fresh start, with no
         # checkpoints, evaluations or summaries inside the timed updates.
@@ -33,15 +42,24 @@ def train(config, *, resume=True, benchmark=False, backend=None):
         )
         resume = False
     backend = backend or get_backend(config.use_horovod)
-    run = build_run(config, backend)
-    with StopRequests() as stop_requests:
-        session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
-        try:
-            session.start(resume)
-            session.loop()
-            return session.finish()
-        finally:
-            session.close()
+    config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
+    with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
+        run = build_run(config, backend)
+        with StopRequests() as stop_requests:
+            session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
+            for note in [warning, *notes]:
+                if note:
+                    session.progress.message(note)
+            try:
+                session.start(resume)
+                session.loop()
+                return session.finish()
+            except OSError as error:
+                if error.errno == errno.ENOSPC:
+                    raise TrainingFailed(f"disk full writing in {config.logdir}: {error}") from None
+                raise
+            finally:
+                session.close()
 
 
 class Session:
@@ -57,6 +75,8 @@ class Session:
         from opt_train.training.progress import Progress
         from opt_train.training.reporting import Reporter
 
+        import tensorflow as tf
+
         self.run = run
         self.config = config = run.config
         self.chief = run.backend.is_chief
@@ -67,6 +87,9 @@ class Session:
             # state); listing every variable makes a resumed run draw the same masks.
             "model_variables": list(run.model.variables),
             **run.train_op.checkpoint_items(),
+            # The loss of the print_loss_steps interval so far (sum, micro-batches), so a run
+            # resumed inside an interval reports the same loss as one never stopped.
+            "report_interval": self._carry_variable(tf),
         }
         self.checkpoints = Checkpoints(
             config.logdir,
@@ -87,19 +110,33 @@ class Session:
         self._interval_losses = []
         self._interval_start = None
         self._interval_first = 0
+        self._carried = (0.0, 0)
+
+    def _carry_variable(self, tf):
+        self._carry = tf.Variable([0.0, 0.0], dtype=tf.float64, trainable=False, name="report_interval")
+        return self._carry
 
     # -- phases ------------------------------------------------------------
     def start(self, resume):
         config = self.config
-        if self.chief:
-            os.makedirs(config.logdir, exist_ok=True)
-            config.dump(os.path.join(config.logdir, "config.yaml"))
         restored = self.checkpoints.restore() if resume else None
+        for note in self.checkpoints.notes:
+            self.progress.message(note)
+        if restored:
+            total, count = self._carry.numpy()
+            self._carried = (float(total), int(count))
         # Every rank starts from rank 0's weights and optimizer state, fresh or resumed.
         self.run.backend.broadcast_variables(
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
         )
         self.step = int(self.run.train_op.global_step.numpy())
+        if self.chief:
+            # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
+            os.makedirs(config.logdir, exist_ok=True)
+            config.dump(os.path.join(config.logdir, "config.yaml"))
+            if resume:
+                # A killed run's records after the restored step are done again: drop them.
+                self.reporter.resume(self.step)
         # The train stream is a pure function of (seed, position) on every rank, so
         # skipping the batches already consumed resumes it exactly, for any number of
         # ranks, without checkpointing an iterator per rank.
@@ -131,7 +168,7 @@ class Session:
                 self._interval_losses.append((self.run.train_op.run(self.iterator, micro_batches), micro_batches))
             result = self._update(summarize, reporting) if alone else None
             self.step = target
-            if self.step % STOP_CHECK_EVERY == 0 or self.step == self.run.max_steps:
+            if self.step % self._stop_check_every == 0 or self.step == self.run.max_steps:
                 self._stop_if_asked()
             if summarize:
                 self.reporter.summaries(self.step, _without_flags(result))
@@ -141,12 +178,35 @@ class Session:
             if config.eval_steps and self.step % config.eval_steps == 0:
                 self._evaluate()
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
-                self.checkpoints.save(self.step)
+                self._save()
             # samples/s measures training: evaluation and saving time is left out.
             self._interval_start += time.perf_counter() - paused
             if self.benchmark:
                 # After the step's host work, so the warm-up's first report is not timed.
                 self.benchmark.tick(self.step)
+
+    @property
+    def _stop_check_every(self):
+        # on_nonfinite: stop means at the first non-finite update, before anything saves it.
+        return 1 if self.config.on_nonfinite == "stop" else STOP_CHECK_EVERY
+
+    def _save(self):
+        """A checkpoint at this step, carrying the report interval's loss so far (all ranks call it)."""
+        total, count = self._fold_interval()
+        if self.run.backend.size > 1:
+            total = self.run.backend.allreduce_scalar(total, op="mean")
+        self._carried = (total, count)
+        self._carry.assign([total, float(count)])
+        self.checkpoints.save(self.step)
+
+    def _fold_interval(self):
+        """The interval's (loss sum, micro-batches) so far, its pending losses added in order."""
+        total, count = self._carried
+        for loss, micro_batches in self._interval_losses:
+            total += float(loss) * micro_batches
+            count += micro_batches
+        self._carried, self._interval_losses = (total, count), []
+        return total, count
 
     def _wants_summaries(self, step):
         every = self.config.save_summaries_steps
@@ -166,7 +226,7 @@ class Session:
         """
         config = self.config
         intervals = [
-            STOP_CHECK_EVERY, config.print_loss_steps, config.save_summaries_steps,
+            self._stop_check_every, config.print_loss_steps, config.save_summaries_steps,
             config.eval_steps, config.save_checkpoint_steps,
         ]
         candidates = [end]
@@ -179,7 +239,7 @@ class Session:
         config = self.config
         trained = "loss" in self.last_figures  # the last update is always reported
         if trained and not self.benchmark:
-            self.checkpoints.save(self.step)
+            self._save()  # once: not again when the last update's checkpoint is already written
         if not config.eval_steps or self.step % config.eval_steps or not self.eval_results:
             self._evaluate()
         if trained:
@@ -190,8 +250,7 @@ class Session:
         else:
             # A run restarted after it ended trains nothing: its training figures stay those
             # of the run that trained, not a NaN loss over no updates.
-            earlier = read_json(os.path.join(config.logdir, "final_metrics.json")) or {}
-            train_figures = {key: earlier.get(key, float("nan")) for key in ("train/loss", "skipped_steps")}
+            train_figures = self._earlier_train_figures()
         final = {
             "global_step": self.step,
             **train_figures,
@@ -207,6 +266,21 @@ class Session:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
         return final
+
+    def _earlier_train_figures(self):
+        """What the run that trained to this step reported: final_metrics.json, else its metrics.jsonl.
+
+        A figure known nowhere is left out, never written as NaN.
+        """
+        earlier = read_json(os.path.join(self.config.logdir, "final_metrics.json")) or {}
+        record = self.reporter.last_record("loss", self.step) if self.chief else None
+        figures = {}
+        for key, record_key in (("train/loss", "loss"), ("skipped_steps", "skipped_steps")):
+            if key in earlier and earlier[key] not in ("nan", None):
+                figures[key] = earlier[key]
+            elif record and record_key in record:
+                figures[key] = record[record_key]
+        return figures
 
     def close(self):
         self.progress.close()
@@ -251,7 +325,7 @@ class Session:
         if self.benchmark:
             saved = "no checkpoint (--benchmark)"
         else:
-            self.checkpoints.save(self.step)
+            self._save()
             saved = "checkpoint saved; run the same command to resume"
         # No rank exits (and has the launcher stop the others) before rank 0 has saved.
         self.run.backend.barrier()
@@ -260,17 +334,25 @@ class Session:
         raise Interrupted(f"interrupted by {name} at step {self.step}: {saved}", signal_number)
 
     def _report(self, result):
-        losses, updates = self._interval_losses, self.step - self._interval_first
+        updates = self.step - self._interval_first
         elapsed = time.perf_counter() - self._interval_start
         figures = _scalars(result)
-        # (mean loss, micro-batches) pairs: single micro-batches and compiled stretches.
-        figures["loss"] = sum(float(loss) * count for loss, count in losses) / sum(c for _, c in losses)
+        # The mean over the updates since the last multiple of print_loss_steps, whatever
+        # stops and resumes came between: a function of the step alone.
+        total, count = self._fold_interval()
+        loss = total / count
+        if self.run.backend.size > 1:
+            # The global batch's loss: the ranks' equal-sized shares, averaged.
+            loss = self.run.backend.allreduce_scalar(loss, op="mean")
+        figures["loss"] = loss
+        if self.step % self.config.print_loss_steps == 0:
+            self._carried = (0.0, 0)
         figures["samples_per_sec"] = updates * self.run.global_batch / max(elapsed, 1e-9)
         self.last_figures = figures
         self.progress.update(self.step, figures)
         self.reporter.record({"step": self.step, **figures})
         self.reporter.summaries(self.step, {"loss": figures["loss"], "samples_per_sec": figures["samples_per_sec"]})
-        self._interval_losses, self._interval_start, self._interval_first = [], time.perf_counter(), self.step
+        self._interval_start, self._interval_first = time.perf_counter(), self.step
 
     def _evaluate(self):
         if self.evaluator is None:
@@ -323,6 +405,10 @@ class _Benchmark:
             "benchmark/time_per_step": seconds,
             "benchmark/samples_per_sec": self.run.backend.allreduce_scalar(per_rank, op="sum"),
             "benchmark/updates_timed": updates,
+            # Samples the timed updates took, all ranks together: what samples_per_sec divides.
+            "benchmark/samples_timed": self.run.backend.allreduce_scalar(
+                updates * self.run.config.batch_size_per_gpu * self.run.config.iter_size, op="sum"
+            ),
         }
 
     def summary(self):

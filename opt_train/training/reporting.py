@@ -1,4 +1,10 @@
-"""Where a run's figures go: TensorBoard event files and `metrics.jsonl` (rank 0 only)."""
+"""Where a run's figures go: TensorBoard event files and `metrics.jsonl` (rank 0 only).
+
+`metrics.jsonl` holds one record per step and kind (training figures, evaluation,
+a stop): on a resume the records after the restored step (written by the run that
+was cut short) and a torn last line are dropped, and a record already there is not
+written twice.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from opt_train.atomic import write_json
+from opt_train.atomic import write_json, write_text
 from opt_train.training.histograms import write_histogram
 
 
@@ -20,17 +26,32 @@ class Reporter:
         self.enabled = enabled
         if not enabled:
             return
-        os.makedirs(logdir, exist_ok=True)
-        self.train_writer = tf.summary.create_file_writer(os.path.join(logdir, "train"))
-        self.eval_writer = tf.summary.create_file_writer(os.path.join(logdir, "eval"))
-        self.jsonl = open(os.path.join(logdir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.logdir = logdir
+        # Event files are made on first use: a run refused at its restore leaves none behind.
+        self._writers = {}
+        self.jsonl_path = os.path.join(logdir, "metrics.jsonl")
+        self.jsonl = None
+        self.records = []
+        self._written = set()
         # Eager histogram writing costs tens of times a small model's step; compiled it
         # is cheap. One function per writer: a traced summary op is bound to the
         # writer that was the default when it was traced.
-        self._compiled = {
-            writer: tf.function(_write_summaries, reduce_retracing=True)
-            for writer in (self.train_writer, self.eval_writer)
-        }
+        self._compiled = {}
+
+    def _writer(self, name):
+        if name not in self._writers:
+            writer = tf.summary.create_file_writer(os.path.join(self.logdir, name))
+            self._writers[name] = writer
+            self._compiled[writer] = tf.function(_write_summaries, reduce_retracing=True)
+        return self._writers[name]
+
+    @property
+    def train_writer(self):
+        return self._writer("train")
+
+    @property
+    def eval_writer(self):
+        return self._writer("eval")
 
     def summaries(self, step, values, writer=None):
         """TensorBoard: one-element values as scalars, larger tensors as histograms.
@@ -48,18 +69,74 @@ class Reporter:
     def eval_summaries(self, step, results):
         self.summaries(step, {f"eval/{k}": v for k, v in results.items()}, self.eval_writer)
 
-    def record(self, record):
-        """One JSON object per line, numbers as plain floats (NaN/inf as strings)."""
+    def resume(self, step):
+        """Keeps the records up to `step` (the restored one) and drops torn lines; then appends."""
         if not self.enabled:
             return
-        self.jsonl.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+        kept, changed = [], False
+        try:
+            with open(self.jsonl_path, encoding="utf-8") as handle:
+                lines = handle.read().split("\n")
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                changed = True  # half a line: a run killed while writing it
+                continue
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int) or record["step"] > step:
+                changed = True
+                continue
+            if _identity(record) in self._written:
+                changed = True
+                continue
+            self._written.add(_identity(record))
+            kept.append(record)
+        if changed:
+            write_text(self.jsonl_path, "".join(json.dumps(r) + "\n" for r in kept))
+        self.records = kept
+
+    def last_record(self, key, step):
+        """The last record at `step` that holds `key` (e.g. the loss of a run that trained to here), or None."""
+        found = [r for r in self.records if r.get("step") == step and key in r]
+        return found[-1] if found else None
+
+    def record(self, record):
+        """One JSON object per line, numbers as plain floats (NaN/inf as strings), once per step and kind."""
+        if not self.enabled:
+            return
+        record = {k: _plain(v) for k, v in record.items()}
+        identity = _identity(record)
+        if identity in self._written:
+            return  # e.g. the evaluation of a finished run, restarted: the same step, the same figures
+        self._written.add(identity)
+        self.records.append(record)
+        if self.jsonl is None:
+            self.jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+        self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()
 
     def close(self):
         if self.enabled:
-            self.train_writer.flush()
-            self.eval_writer.flush()
-            self.jsonl.close()
+            for writer in self._writers.values():
+                writer.close()  # releases the event files (a logdir on a removable mount can go)
+            self._writers = {}
+            if self.jsonl is not None:
+                self.jsonl.close()
+
+
+def _identity(record):
+    """(step, kind): training figures, an evaluation, a stop or an interruption."""
+    if "loss" in record:
+        kind = "train"
+    elif any(key.startswith("eval/") for key in record):
+        kind = "eval"
+    else:
+        kind = ",".join(sorted(key for key in record if key != "step"))
+    return record.get("step"), kind
 
 
 def _write_summaries(step, tensors):

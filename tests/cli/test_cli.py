@@ -125,6 +125,8 @@ def test_benchmark_times_training_alone_from_a_fresh_start(cli, write_config, tm
     assert result.exit_code == 0, result.output
     assert "resumed" not in result.output
     assert "benchmark:" in result.output and "ms/step" in result.output
-    final = read_json(tmp_path / "run" / "final_metrics.json")
+    # The trained run is left alone: the benchmark runs in a fresh folder beside it.
+    assert "benchmark/updates_timed" not in read_json(tmp_path / "run" / "final_metrics.json")
+    final = read_json(tmp_path / "run-2" / "final_metrics.json")
     assert final["benchmark/updates_timed"] == 30 - 6  # warm-up: max_steps // 5
     assert final["benchmark/time_per_step"] > 0

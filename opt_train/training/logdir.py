@@ -1,0 +1,272 @@
+"""A logdir belongs to one run: what trained it, who is using it now, and fresh folders for new runs (TF-free)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import socket
+
+import yaml
+
+from opt_train.training.errors import RunRefused, TrainingFailed
+
+# What a run leaves in its logdir; any of them means the folder holds a run.
+RUN_FILES = ("config.yaml", "checkpoints", "metrics.jsonl", "final_metrics.json", "train", "eval")
+LOCK_FILE = ".lock"
+# Keys that say how long, how visibly or where a run trains, not what it trains: changing
+# them continues the same run. Every other key (model, data, optimizer and its
+# parameters, the gradient pipeline, the seed, and any key added later) defines the run.
+NOT_RUN_KEYS = frozenset({
+    "max_steps", "num_epochs", "logdir", "save_checkpoint_steps", "num_checkpoints",
+    "save_summaries_steps", "print_loss_steps", "eval_steps", "eval_batch_size", "summaries",
+    "jit_compile", "sweep", "use_horovod", "max_consecutive_overflows",
+})
+# Launchers that start one process per rank set these; a config must then ask for Horovod.
+_LAUNCHER_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def holds_run(logdir):
+    """Whether `logdir` already holds (part of) a run."""
+    return any(os.path.lexists(os.path.join(logdir, name)) for name in RUN_FILES)
+
+
+def saved_config(logdir):
+    """The resolved config that trained `logdir` (its `config.yaml`), or None when absent or unreadable."""
+    try:
+        with open(os.path.join(logdir, "config.yaml"), encoding="utf-8") as handle:
+            saved = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def differences(saved, current):
+    """`[(dotted key, saved value, current value)]` for the run-defining keys that differ.
+
+    A key one side lacks (a config written before the key existed) is not compared.
+    """
+    found = []
+    for key in sorted(set(saved) & set(current)):
+        if key not in NOT_RUN_KEYS:
+            _compare(key, saved[key], current[key], found)
+    return found
+
+
+def _compare(key, old, new, found):
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name in sorted(set(old) | set(new), key=str):
+            _compare(f"{key}.{name}", old.get(name), new.get(name), found)
+    elif _normal(old) != _normal(new):
+        found.append((key, old, new))
+
+
+def _normal(value):
+    # YAML gives back lists for tuples and ints for whole floats only sometimes.
+    if isinstance(value, tuple):
+        return [_normal(item) for item in value]
+    if isinstance(value, list):
+        return [_normal(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def where(config, key):
+    """`file:line: key` for messages (just `key` when it was not set in a file)."""
+    file, line = config.locate(key)
+    if not file:
+        return key
+    return f"{file}:{line}: {key}" if line else f"{file}: {key}"
+
+
+def check_same_run(config, logdir, *, continue_anyway):
+    """Refuses (RunRefused) to continue `logdir` with a config that describes another run.
+
+    Returns the list of differences accepted with `continue_anyway` (empty if none).
+    """
+    saved = saved_config(logdir)
+    if saved is None:
+        return []
+    changed = differences(saved, config.to_dict())
+    if not changed or continue_anyway:
+        return changed
+    shown = "; ".join(
+        f"{where(config, key)} {_show(new)} here, {_show(old)} in the run" for key, old, new in changed[:4]
+    )
+    more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
+    raise RunRefused(
+        f"logdir {logdir} holds a run trained with another config: {shown}{more}. "
+        "Choose: --resume to continue it anyway with the new values (where its checkpoint "
+        "still fits), a new logdir, or --no-resume to start afresh in a new folder beside it"
+    )
+
+
+def _show(value):
+    return json.dumps(value, default=str)
+
+
+def fresh_folder(logdir):
+    """`logdir-2`, `logdir-3`, ...: the first that does not exist."""
+    base = os.path.normpath(logdir)
+    number = 2
+    while os.path.lexists(f"{base}-{number}"):
+        number += 1
+    return f"{base}-{number}"
+
+
+def config_fingerprint(config):
+    """A 48-bit number that differs between configs that differ (compared across ranks)."""
+    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16)
+
+
+def launched_ranks():
+    """How many ranks a launcher (horovodrun, mpirun) started this process among; 1 when none."""
+    for name in _LAUNCHER_SIZE_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def check_launch(config):
+    """The config and the launcher agree on Horovod; returns a warning line, or None.
+
+    Launched as N > 1 ranks without `use_horovod: true`, N processes would train N
+    separate runs into one logdir: refused.
+    """
+    ranks = launched_ranks()
+    if ranks > 1 and not config.use_horovod:
+        raise RunRefused(
+            f"{where(config, 'use_horovod')}: the job was launched with {ranks} ranks but the config "
+            "does not set use_horovod: true; each rank would train a separate run into one logdir. "
+            "Set use_horovod: true (or --set use_horovod=true)"
+        )
+    if ranks == 1 and config.use_horovod and not os.environ.get("HOROVOD_RANK"):
+        return (
+            "warning: use_horovod: true but this process was not started by horovodrun: "
+            "training on one rank (launch with `opt-train train --np N` or `horovodrun -np N`)"
+        )
+    return None
+
+
+class LogdirLock:
+    """An exclusive lock on a logdir (`<logdir>/.lock`, held with flock while the run lives).
+
+    The kernel drops the lock when the process ends however it ends, so a killed run
+    never leaves its logdir locked. The file keeps the holder's pid and host for the
+    message a second process gets.
+    """
+
+    def __init__(self, logdir, config=None):
+        self.logdir = logdir
+        self.config = config
+        self._descriptor = None
+
+    def __enter__(self):
+        import fcntl
+
+        usable(self.logdir, self.config)
+        path = os.path.join(self.logdir, LOCK_FILE)
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise _unusable(self.logdir, self.config, error) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder = _read_holder(descriptor)
+            os.close(descriptor)
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise _unusable(self.logdir, self.config, error) from None
+            raise RunRefused(
+                f"logdir {self.logdir} is in use by another opt-train process ({holder}); "
+                "wait for it to end, or choose another logdir"
+            ) from None
+        self._descriptor = descriptor
+        try:
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        except OSError as error:
+            self.__exit__(None, None, None)
+            raise _unusable(self.logdir, self.config, error) from None
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._descriptor is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._descriptor)  # closing the only descriptor releases the flock
+            self._descriptor = None
+
+
+def _read_holder(descriptor):
+    try:
+        text = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "pid unknown"
+
+
+def usable(logdir, config=None):
+    """Creates `logdir` if needed; a path that cannot be a writable folder is one RunRefused line."""
+    if os.path.lexists(logdir) and not os.path.isdir(logdir):
+        raise RunRefused(f"{_key(config)}: {logdir} exists and is not a folder; choose another logdir")
+    try:
+        os.makedirs(logdir, exist_ok=True)
+    except OSError as error:
+        raise _unusable(logdir, config, error) from None
+    if not os.access(logdir, os.W_OK | os.X_OK):
+        raise RunRefused(f"{_key(config)}: {logdir} is not writable; choose another logdir")
+
+
+def _key(config):
+    return where(config, "logdir") if config is not None else "logdir"
+
+
+def _unusable(logdir, config, error):
+    if error.errno == errno.ENOSPC:
+        return TrainingFailed(f"disk full: cannot write in logdir {logdir} ({error.strerror})")
+    reason = {
+        errno.ENOTDIR: "a part of its path is a file, not a folder",
+        errno.EEXIST: "a part of its path is a file, not a folder",
+        errno.EROFS: "it is on a read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+    }.get(error.errno, error.strerror or str(error))
+    return RunRefused(f"{_key(config)}: cannot use {logdir}: {reason}; choose another logdir")
+
+
+def prepare(config, backend, *, resume, resume_changed=False):
+    """Decides where the run goes and whether it continues; returns (config, resume, notes). Writes nothing.
+
+    - `resume` (the default): a logdir holding a run continues only if the config
+      describes the same run (RunRefused otherwise), or anyway with `resume_changed`.
+    - not `resume` (`--no-resume`, `--benchmark`): a logdir holding a run is left as it
+      is and the new run goes to a fresh folder beside it, `<logdir>-N`.
+    Under Horovod the ranks must agree on the whole config (checked here, at start).
+    """
+    notes = []
+    logdir = config.logdir
+    if os.path.isdir(logdir) and holds_run(logdir):
+        if not resume:
+            fresh = fresh_folder(logdir)
+            notes.append(f"logdir {logdir} holds a run, left as it is; starting afresh in {fresh}")
+            config = dataclasses.replace(config, logdir=fresh)
+        else:
+            changed = check_same_run(config, logdir, continue_anyway=resume_changed)
+            if changed:
+                keys = ", ".join(key for key, _, _ in changed)
+                notes.append(f"--resume: continuing {logdir} with changed {keys}")
+    if backend.size > 1:
+        mine = config_fingerprint(config)
+        low, high = backend.allreduce_scalar(mine, op="min"), backend.allreduce_scalar(mine, op="max")
+        if low != high:
+            raise RunRefused(
+                f"the {backend.size} ranks were given different configs (rank {backend.rank}'s differs); "
+                "every rank must run the same config files and --set values"
+            )
+    return config, resume, notes

@@ -1,0 +1,226 @@
+"""Checkpoints: how eval names one, damaged ones are passed over (never deleted), a full disk loses nothing."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.support import read_json
+
+RUN = {
+    "model": "mlp",
+    "model_params": {"hidden_units": [8]},
+    "data": "digits",
+    "batch_size_per_gpu": 16,
+    "optimizer": "Adam",
+    "optimizer_params": {"learning_rate": 0.01},
+    "max_steps": 6,
+    "print_loss_steps": 2,
+    "save_checkpoint_steps": 2,
+    "num_checkpoints": 3,
+}
+
+
+def _one_error_line(result):
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A logdir with ckpt-2, ckpt-4, ckpt-6, trained once for the module; tests copy it."""
+    from click.testing import CliRunner
+    import yaml
+
+    from opt_train.cli.main import cli as group
+
+    root = tmp_path_factory.mktemp("trained")
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump({**RUN, "logdir": str(root / "run")}))
+    result = CliRunner().invoke(group, ["train", "--config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return root / "run"
+
+
+@pytest.fixture
+def logdir_copy(trained, write_config, tmp_path):
+    logdir = tmp_path / "run"
+    shutil.copytree(trained, logdir)
+    (logdir / ".lock").unlink(missing_ok=True)
+    return write_config(RUN), logdir
+
+
+def _eval_accuracy(cli, config, *checkpoint):
+    result = cli("eval", "--config", config, *checkpoint)
+    assert result.exit_code == 0, result.output
+    return read_json_text(result.output)
+
+
+def read_json_text(text):
+    import json
+
+    return json.loads(text[text.index("{"):])
+
+
+@pytest.mark.parametrize("form", ["prefix", "index", "data", "checkpoints_folder", "logdir", "default"])
+def test_eval_takes_a_prefix_its_files_or_a_folder(cli, logdir_copy, form):
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    argument = {
+        "prefix": [str(folder / "ckpt-6")],
+        "index": [str(folder / "ckpt-6.index")],
+        "data": [str(folder / "ckpt-6.data-00000-of-00001")],
+        "checkpoints_folder": [str(folder)],
+        "logdir": [str(logdir)],
+        "default": [],
+    }[form]
+    results = _eval_accuracy(cli, config, *(["--checkpoint", *argument] if argument else []))
+    assert results["checkpoint"] == str(folder / "ckpt-6")
+    # The run's own evaluation of its final weights (step 6) is the reference.
+    assert results["eval/accuracy"] == read_json(logdir / "final_metrics.json")["eval/accuracy"]
+
+
+def test_eval_refuses_anything_else_in_one_line(cli, logdir_copy, tmp_path, write_config):
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    garbage = tmp_path / "garbage.index"
+    garbage.write_bytes(os.urandom(300))
+    truncated = tmp_path / "cut"
+    shutil.copy(folder / "ckpt-6.index", f"{truncated}.index")
+    data = (folder / "ckpt-6.data-00000-of-00001").read_bytes()
+    pathlib.Path(f"{truncated}.data-00000-of-00001").write_bytes(data[: len(data) // 2])
+    empty = tmp_path / "empty_folder"
+    empty.mkdir()
+    cases = {
+        str(tmp_path / "missing"): "no such checkpoint",
+        str(garbage): "does not restore",
+        str(truncated): "does not restore",
+        str(empty): "no checkpoint in it",
+        str(config): "not a checkpoint",
+    }
+    for argument, words in cases.items():
+        result = cli("eval", "--config", config, "--checkpoint", argument)
+        assert result.exit_code == 2, (argument, result.output)
+        assert words in _one_error_line(result), (argument, result.output)
+    other_model = write_config({**RUN, "model_params": {"hidden_units": [12]}}, "other.yaml")
+    result = cli("eval", "--config", other_model, "--checkpoint", str(folder / "ckpt-6"))
+    assert result.exit_code == 2, result.output
+    assert "does not restore into this model" in _one_error_line(result)
+    empty_logdir = write_config({**RUN, "logdir": str(tmp_path / "nothing")}, "nothing.yaml")
+    result = cli("eval", "--config", empty_logdir)
+    assert result.exit_code == 2 and "no checkpoint in" in _one_error_line(result)
+
+
+def _damage(logdir, how):
+    folder = logdir / "checkpoints"
+    data, index, state = folder / "ckpt-6.data-00000-of-00001", folder / "ckpt-6.index", folder / "checkpoint"
+    if how == "truncate_data":
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    elif how == "empty_data":
+        data.write_bytes(b"")
+    elif how == "flip_data":
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        data.write_bytes(bytes(raw))
+    elif how == "delete_data":
+        data.unlink()
+    elif how == "empty_index":
+        index.write_bytes(b"")
+    elif how == "garble_index":
+        index.write_bytes(os.urandom(index.stat().st_size))
+    elif how == "delete_index":
+        index.unlink()
+    elif how == "empty_state":
+        state.write_text("")
+    elif how == "garble_state":
+        state.write_bytes(os.urandom(64))
+    elif how == "delete_state":
+        state.unlink()
+    elif how == "dangling_state":
+        state.write_text('model_checkpoint_path: "ckpt-99"\nall_model_checkpoint_paths: "ckpt-99"\n')
+
+
+NEWEST_DAMAGED = ["truncate_data", "empty_data", "flip_data", "delete_data", "empty_index", "garble_index", "delete_index"]
+STATE_DAMAGED = ["empty_state", "garble_state", "delete_state", "dangling_state"]
+
+
+def _saved_weights(prefix):
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n.startswith("model_variables/")}
+
+
+# Four kinds run in the quick suite; the others (the same code paths) with the slow tests.
+_QUICK = ("truncate_data", "delete_index", "garble_state", "dangling_state")
+
+
+@pytest.mark.parametrize("how", [
+    how if how in _QUICK else pytest.param(how, marks=pytest.mark.slow) for how in NEWEST_DAMAGED + STATE_DAMAGED
+])
+def test_a_damaged_checkpoint_falls_back_to_the_newest_that_restores_and_deletes_no_good_one(cli, logdir_copy, how):
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    good_4 = _saved_weights(folder / "ckpt-4")
+    _damage(logdir, how)
+    result = cli("train", "--config", config, "--set", "max_steps=8")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    if how in NEWEST_DAMAGED:
+        expected = "ckpt-4"
+        if how != "delete_index":  # without its index, ckpt-6 is not a checkpoint at all
+            assert "checkpoint ckpt-6 does not restore" in result.output and "not deleted" in result.output
+    else:
+        expected = "ckpt-6"
+    assert f"resumed from {folder / expected} at step {expected[-1]}" in result.output
+    assert read_json(logdir / "final_metrics.json")["global_step"] == 8
+    if how in NEWEST_DAMAGED:
+        # Retrained from step 4, saved again at 6 and 8; ckpt-4 itself (good) untouched.
+        for name, value in _saved_weights(folder / "ckpt-4").items():
+            np.testing.assert_array_equal(value, good_4[name])
+    assert tf.train.latest_checkpoint(str(folder)) == str(folder / "ckpt-8")
+    state = tf.train.get_checkpoint_state(str(folder))
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4", "ckpt-6", "ckpt-8"]
+
+
+def _mount_tmpfs(path, size):
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+
+def test_disk_full_during_a_save_is_one_line_exit_1_and_loses_nothing(cli, write_config, tmp_path):
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "8m")
+    try:
+        # A wide layer: its checkpoint (weights and two Adam slots, ~1.4 MB) is far larger
+        # than the room left below, which config.yaml and the metrics lines still fit in.
+        run = {**RUN, "model_params": {"hidden_units": [1024]}, "max_steps": 2, "logdir": str(disk / "run")}
+        config = write_config(run)
+        assert cli("train", "--config", config).exit_code == 0
+        before = _saved_weights(disk / "run" / "checkpoints" / "ckpt-2")
+        with open(disk / "filler", "wb") as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            except OSError:
+                pass
+        os.truncate(disk / "filler", os.path.getsize(disk / "filler") - 256 * 1024)
+        result = cli("train", "--config", config, "--set", "max_steps=4")
+        assert result.exit_code == 1, result.output
+        line = _one_error_line(result)
+        assert "disk full" in line and "ckpt-2 is intact" in line
+        folder = disk / "run" / "checkpoints"
+        assert tf.train.latest_checkpoint(str(folder)) == str(folder / "ckpt-2")
+        after = _saved_weights(folder / "ckpt-2")
+        for name, value in before.items():
+            np.testing.assert_array_equal(after[name], value)
+        debris = [p.name for p in (disk / "run").rglob("*") if "_temp" in p.name or ".tmp" in p.name]
+        assert debris == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -1,0 +1,37 @@
+"""Ctrl-C while `train` is still importing TensorFlow exits 130, like a Ctrl-C during training."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+
+from tests.support import REPO
+
+
+def _tensorflow_loaded(pid):
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+            return "libtensorflow" in maps.read()
+    except OSError:
+        return False
+
+
+def test_ctrl_c_during_the_tensorflow_import_exits_130(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"max_steps": 5, "logdir": str(tmp_path / "run")}))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "opt_train", "train", "--config", str(config)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # The TensorFlow library is mapped at the start of its import, seconds before it ends.
+    deadline = time.monotonic() + 120
+    while not _tensorflow_loaded(process.pid) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 130, out + err
+    assert "Traceback" not in err and "Aborted!" not in err
