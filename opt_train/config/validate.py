@@ -21,13 +21,14 @@ REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1
 
 
 def model_spec(value):
-    """A registered model name, or `{factory: "pkg.mod:function"}` for the user's own."""
+    """A registered model name, or one of `{factory: "pkg.mod:function"}`, `{keras_application: Name}`,
+    `{path: file.keras}`."""
     if isinstance(value, dict):
-        rules.check_known_keys(value, ("factory",))
+        model_registry = registries.registry("model")
+        rules.check_known_keys(value, model_registry.SPEC_KEYS)
         # The models registry's own parser, so what validates is what builds
-        # (`pkg.mod:function` or `pkg.mod.function`).
-        registries.call(registries.registry("model").split_factory, value, params=value)
-        return {"factory": value["factory"]}
+        # (`pkg.mod:function` or `pkg.mod.function`, an application's exact name).
+        return registries.call(model_registry.check_spec, value, params=value)
     return registries.resolve("model", rules.require_str(value))
 
 
@@ -189,8 +190,8 @@ def warmup_params(values):
 
 
 def model_params(values):
-    """A built-in model's parameters (a factory's go to the user's function unchecked)."""
-    if isinstance(values["model"], str):
+    """A built-in or saved model's parameters (a factory's go to the user's function unchecked)."""
+    if not registries.registry("model").is_factory(values["model"]):
         registries.check_params("model", values["model"], values["model_params"])
 
 

@@ -20,8 +20,11 @@ STOP_CHECK_EVERY = 10
 _FLAGS = ("update", "applied")
 
 
-def train(config, *, resume=True, benchmark=False, backend=None):
-    """Trains the run `config` describes; returns the final metrics it writes to logdir."""
+def train(config, *, resume=True, benchmark=False, backend=None, evaluate=True):
+    """Trains the run `config` describes; returns the final metrics it writes to logdir.
+
+    `evaluate=False` (`--mode train`) runs no evaluation, in the run or at its end.
+    """
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
 
@@ -36,6 +39,8 @@ def train(config, *, resume=True, benchmark=False, backend=None):
     run = build_run(config, backend)
     with StopRequests() as stop_requests:
         session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
+        if not evaluate:
+            session.evaluator = None
         try:
             session.start(resume)
             session.loop()
@@ -200,6 +205,10 @@ class Session:
         if self.benchmark:
             final.update(self.benchmark.figures())
             self.progress.message(self.benchmark.summary())
+        if self.chief and not self.benchmark:
+            from opt_train.training.export import export_dir, export_model
+
+            export_model(self.run.model, self.run.data.task, export_dir(config))
         if self.chief:
             from opt_train.training.reporting import write_final_metrics
 
