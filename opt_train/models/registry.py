@@ -131,7 +131,9 @@ def check_spec(spec):
     if key == "keras_application":
         return {key: resolve_application(value)}
     if not isinstance(value, str) or not value.endswith(".keras"):
-        raise p.ParamError("path", f"`path` must name a .keras file saved by Keras. Received: path={value!r}")
+        error = p.ParamError("path", f"`path` must name a .keras file saved by Keras. Received: path={value!r}")
+        error.code = "wrong_type" if not isinstance(value, str) else "out_of_range"
+        raise error
     return dict(spec)
 
 
@@ -176,11 +178,14 @@ def _cross_errors(name, filled):
 def _application_param_errors(params):
     if params is not None and not isinstance(params, dict):
         return [p.ParamError(None, f"model params must be a mapping. Received: {params!r}")]
-    return [
+    errors = [
         p.ParamError(name, f"`{name}` is set by opt-train from the data (weights are never downloaded). "
                            f"Received: {name}={value!r}")
         for name, value in (params or {}).items() if name in APPLICATION_FIXED_PARAMS
     ]
+    for error in errors:
+        error.code = "conflict"
+    return errors
 
 
 def param_errors(spec, params):
@@ -228,8 +233,8 @@ def check_task(spec, kind):
     if spec_kind(spec) == "keras_application":
         if kind == "sequence":
             raise ValueError(
-                f"Model `{spec['keras_application']}` (keras.applications) needs image inputs; "
-                f"it cannot label sequences. Received: task={kind}"
+                f"Model `{spec['keras_application']}` (keras.applications) takes images; "
+                f"it cannot be trained on a {kind} task. Received: task={kind}"
             )
         return
     name = resolve(spec)
