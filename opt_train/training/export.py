@@ -46,13 +46,7 @@ def export_model(model, task, directory):
     import tensorflow as tf
 
     os.makedirs(directory, exist_ok=True)
-    keras_path = os.path.join(directory, KERAS_FILE)
-    # Keras insists on the .keras suffix, so the temporary name keeps it.
-    temporary = os.path.join(directory, f".tmp-{KERAS_FILE}")
-    # The loop trains with its own optimizer objects; the model itself is never compiled.
-    model.save(temporary)
-    os.replace(temporary, keras_path)
-
+    # The SavedModel first: it needs no layer configs, so a model Keras cannot serialize still ships.
     archive = keras.export.ExportArchive()
     archive.track(model)
     spec = tf.TensorSpec((None,) + tuple(task.input_shape), task.input_dtype, name="inputs")
@@ -61,7 +55,34 @@ def export_model(model, task, directory):
     )
     saved_path = os.path.join(directory, SAVED_MODEL_DIR)
     _replace_directory(saved_path, lambda path: archive.write_out(path, verbose=False))
+
+    keras_path = os.path.join(directory, KERAS_FILE)
+    # Keras insists on the .keras suffix, so the temporary name keeps it.
+    temporary = os.path.join(directory, f".tmp-{KERAS_FILE}")
+    try:
+        # The loop trains with its own optimizer objects; the model itself is never compiled.
+        model.save(temporary)
+        os.replace(temporary, keras_path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
     return {"keras": keras_path, "saved_model": saved_path}
+
+
+def export_at_end(run, say):
+    """The end-of-run export to `logdir/export` (rank 0); a model Keras cannot save costs only its export.
+
+    The run's checkpoints are already written, so a failing export is reported through
+    `say` instead of failing a run that trained.
+    """
+    directory = export_dir(run.config)
+    try:
+        export_model(run.model, run.data.task, directory)
+    except (NotImplementedError, TypeError, ValueError) as error:  # e.g. a custom layer without get_config
+        say(f"export to {directory} incomplete: {' '.join(str(error).split())[:300]}")
+        return None
+    say(f"exported {os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/")
+    return directory
 
 
 def _replace_directory(path, write):

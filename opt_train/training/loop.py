@@ -206,9 +206,9 @@ class Session:
             final.update(self.benchmark.figures())
             self.progress.message(self.benchmark.summary())
         if self.chief and not self.benchmark:
-            from opt_train.training.export import export_dir, export_model
+            from opt_train.training.export import export_at_end
 
-            export_model(self.run.model, self.run.data.task, export_dir(config))
+            export_at_end(self.run, self.progress.message)
         if self.chief:
             from opt_train.training.reporting import write_final_metrics
 

@@ -155,3 +155,37 @@ def test_predict_input_errors_are_one_line_exit_2(trained, tmp_path):
         assert result.exit_code == 2, result.output
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and "--input" in lines[0] and expected in lines[0], lines
+
+
+UNSERIALIZABLE = '''
+import keras
+
+
+class Doubling(keras.layers.Layer):
+    """Takes an argument Keras cannot serialize and has no get_config: no .keras file for it."""
+
+    def __init__(self, anything, **kwargs):
+        super().__init__(**kwargs)
+        self.anything = anything
+
+    def call(self, inputs):
+        return inputs * 2.0
+
+
+def build(task):
+    inputs = keras.Input(task.input_shape)
+    return keras.Model(inputs, Doubling(object())(keras.layers.Dense(task.output_dim)(inputs)))
+'''
+
+
+def test_a_model_keras_cannot_serialize_still_trains_and_ships_a_saved_model(cli, write_config, tmp_path, monkeypatch):
+    (tmp_path / "unserializable_model.py").write_text(UNSERIALIZABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = write_config({**RUN, "max_steps": 2, "model": {"factory": "unserializable_model:build"},
+                           "model_params": {}})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    export = tmp_path / "run" / "export"
+    assert "incomplete" in result.output and "get_config" in result.output
+    assert (export / "saved_model" / "saved_model.pb").is_file()
+    assert not (export / "model.keras").exists() and not list(export.glob(".tmp*"))
