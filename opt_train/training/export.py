@@ -165,15 +165,13 @@ def read_inputs(path, task, key=None):
         with np.load(path, allow_pickle=False) as arrays:
             names = list(arrays.files)
             name = key or ("x" if "x" in names else (names[0] if len(names) == 1 else None))
-            if name not in names:
-                raise PredictInputError(f"--input: {path} has no array `{key or 'x'}`; it holds {sorted(names)}")
-            inputs = arrays[name]
-    except (OSError, ValueError) as error:
-        if isinstance(error, PredictInputError):
-            raise
+            inputs = arrays[name] if name in names else None
+    except (OSError, ValueError) as error:  # not a zip, or object arrays refused without pickle
         raise PredictInputError(f"--input: {path} is not a readable .npz file ({error})") from None
+    if inputs is None:
+        raise PredictInputError(f"--input: {path} has no array `{key or 'x'}`; it holds {sorted(names)}")
     expected = tuple(task.input_shape)
-    if inputs.ndim == len(expected) and len(expected) == 1 and expected == (1,):
+    if expected == (1,) and inputs.ndim == 1:  # one feature per example, given as a flat array
         inputs = inputs[:, None]
     if tuple(inputs.shape[1:]) != expected:
         raise PredictInputError(
@@ -188,6 +186,8 @@ def predict(config, input_path, output_path, checkpoint=None):
     The .npz written holds `outputs` (what the evaluation scores: logits or
     regression values) and, when classifying, `classes`. Returns `{name: shape}`.
     """
+    import tensorflow as tf
+
     from opt_train.atomic import write_bytes
 
     check_input_path(input_path)  # before the model is built: a typo fails at once
@@ -195,9 +195,7 @@ def predict(config, input_path, output_path, checkpoint=None):
     task = run.data.task
     inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"))
     batch = config.eval_batch_size or config.batch_size_per_gpu
-    # The compiled call evaluation uses, so predictions match what it scores.
-    import tensorflow as tf
-
+    # A compiled inference call, as the evaluation's, so predictions match what it scores.
     step = tf.function(lambda x: serving_outputs(task, run.model(x, training=False)), reduce_retracing=True)
     pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
     results = {name: np.concatenate([piece[name].numpy() for piece in pieces]) for name in pieces[0]} if pieces else {}
