@@ -44,6 +44,14 @@ def _fsync_folder(folder):
         os.close(descriptor)
 
 
+def write_bytes(path, data):
+    """Writes `data` to `path` so a reader never sees half a file."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, path)
+
+
 def write_json(path, payload):
     """`payload` as indented, key-sorted JSON (what JSON cannot hold is written as text)."""
     write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")

@@ -33,11 +33,14 @@ def _lr_policies():
 
 
 def _models():
-    from opt_train.models.registry import MODEL_SPECS, MODEL_SUMMARIES
+    from opt_train.models.registry import KERAS_APPLICATIONS, MODEL_SPECS, MODEL_SUMMARIES
 
     for name, specs in MODEL_SPECS.items():
         yield f"{name:<12} {MODEL_SUMMARIES.get(name, '')}\n{'':<12} {_params(_defaults(specs))}"
     yield f"{'{factory: package.module:function}':<12} your own Keras model"
+    yield "{keras_application: Name}   a keras.applications architecture, weights None: " + ", ".join(
+        KERAS_APPLICATIONS)
+    yield "{path: my_model.keras}      a model saved with Keras (model_params: safe_mode: true)"
 
 
 def _datasets():

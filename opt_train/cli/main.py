@@ -25,7 +25,12 @@ COMMANDS = {
     "list": "opt_train.cli.list:list_command",
     "lr": "opt_train.cli.lr:lr",
     "sweep": "opt_train.cli.sweep:sweep",
+    "export": "opt_train.cli.export:export",
+    "predict": "opt_train.cli.predict:predict",
 }
+
+# OpenSeq2Seq run.py's --mode: train_eval (the default) is `opt-train train`.
+MODES = ("train", "eval", "train_eval")
 
 
 class LazyGroup(click.Group):
@@ -46,18 +51,45 @@ def _find_spec(target):
     return importlib.util.find_spec(target.split(":")[0]) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="opt-train")
-def cli():
+@click.option("--config", "-c", "configs", multiple=True, type=click.Path(dir_okay=False),
+              help="Without a command: run this config (as OpenSeq2Seq's run.py --config_file).")
+@click.option("--set", "-s", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Without a command: override one key (repeatable).")
+@click.option("--mode", type=click.Choice(MODES), default=None,
+              help="Without a command: train (no evaluation), eval (the latest checkpoint) "
+                   "or train_eval (default; = opt-train train).")
+@click.pass_context
+def cli(ctx, configs, overrides, mode):
     """Train TensorFlow models from one YAML file.
 
     \b
+    opt-train --config configs/default.yaml [--mode train|eval|train_eval]
     opt-train train --config configs/default.yaml
     opt-train validate --config x.yaml --set iter_size=4
     opt-train list optimizers
 
     Exit codes: 0 done, 1 training failed, 2 bad usage or bad config.
     """
+    given = configs or overrides or mode
+    if ctx.invoked_subcommand is not None:
+        if given:
+            raise click.UsageError(
+                f"--config/--set/--mode before a command: give them after it (opt-train "
+                f"{ctx.invoked_subcommand} --config ...), or leave the command out"
+            )
+        return
+    if not configs:
+        raise click.UsageError("--config is required to run without a command (e.g. opt-train --config x.yaml)")
+    from opt_train.cli.run import run_mode
+
+    run_mode(configs, overrides, mode or "train_eval")
 
 
 def main(argv=None):

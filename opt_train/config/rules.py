@@ -38,12 +38,13 @@ def check_known_keys(params, known):
 
 
 def model_spec(name, value):
-    """A registered model name, or `{factory: "pkg.mod:function"}` for the user's own."""
+    """A registered model name, or one of `{factory: "pkg.mod:function"}`, `{keras_application: Name}`,
+    `{path: file.keras}`."""
     if isinstance(value, dict):
-        check_known_keys(value, ("factory",))
+        models = registry("model")
+        check_known_keys(value, models.SPEC_KEYS)
         # The models registry's own parser, so what validates is what builds.
-        registry("model").split_factory(value)
-        return {"factory": value["factory"]}
+        return models.check_spec(value)
     return registry("model").resolve(p.string(name, value))
 
 

@@ -131,8 +131,8 @@ def warmup_params(values):
 
 
 def model_params(values):
-    """A built-in model's parameters (a factory's go to the user's function unchecked)."""
-    if isinstance(values["model"], str):
+    """A built-in or saved model's parameters (a factory's go to the user's function unchecked)."""
+    if not registry("model").is_factory(values["model"]):
         errors = registry("model").param_errors(values["model"], values["model_params"])
         if errors:
             raise RuleErrors(errors)

@@ -7,6 +7,7 @@ receive exactly these parameters, with these defaults.
 from __future__ import annotations
 
 from opt_train.data import params as p
+from opt_train.data import synthetic_images
 from opt_train.suggest import Registry
 
 TASK_KINDS = ("classification", "regression")
@@ -66,6 +67,8 @@ DATASET_SPECS = {
     },
 }
 
+DATASET_SPECS["synthetic_images"] = synthetic_images.PARAMS
+
 DATASET_SUMMARIES = {
     "digits": "scikit-learn's 1797 real 8x8 handwritten digits, 10 classes (no download)",
     "synthetic_classification": "seeded Gaussian blobs, one per class",
@@ -74,6 +77,8 @@ DATASET_SUMMARIES = {
     "npz": "your own arrays from a .npz file",
     "csv": "your own table from a .csv file",
 }
+
+DATASET_SUMMARIES["synthetic_images"] = synthetic_images.SUMMARY
 
 DATASET_NAMES = tuple(DATASET_SPECS)
 
@@ -102,6 +107,7 @@ _FIXED_TASK_KINDS = {
     "synthetic_classification": "classification",
     "synthetic_regression": "regression",
     "reversal": "sequence",
+    "synthetic_images": "classification",
 }
 
 

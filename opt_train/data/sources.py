@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from opt_train.data.synthetic_images import synthetic_images_source
 from opt_train.data.task import Task
 
 
@@ -270,6 +271,7 @@ LOADERS = {
     "reversal": reversal_source,
     "npz": npz_source,
     "csv": csv_source,
+    "synthetic_images": synthetic_images_source,
 }
 
 

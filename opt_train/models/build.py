@@ -1,11 +1,13 @@
-"""`build_model`: a built-in model by name, or the user's factory, built for a dataset's task."""
+"""`build_model`: a built-in model by name, a Keras application, a saved model or the user's factory, for a task."""
 
 from __future__ import annotations
 
 from opt_train.models import registry
+from opt_train.models.applications import build_application
 from opt_train.models.cnn import build_cnn
 from opt_train.models.factory import build_from_factory
 from opt_train.models.mlp import build_mlp
+from opt_train.models.saved import load_saved_model
 from opt_train.models.transformer import build_transformer
 
 BUILDERS = {"mlp": build_mlp, "cnn": build_cnn, "transformer": build_transformer}
@@ -15,8 +17,9 @@ def build_model(spec, params, task, regularizer=None):
     """A built keras.Model for `task`, following the global Keras dtype policy.
 
     Args:
-        spec: a name of `MODEL_NAMES` (case-insensitive) or
-            `{"factory": "package.module:function"}`.
+        spec: a name of `MODEL_NAMES` (case-insensitive),
+            `{"factory": "package.module:function"}`, `{"keras_application": "ResNet50"}`
+            or `{"path": "my_model.keras"}`.
         params: the model's parameters (`model_params` in YAML); missing ones take
             the defaults of `registry.MODEL_SPECS`. A factory gets them as keywords.
         task: the dataset's `opt_train.data.Task`.
@@ -34,8 +37,14 @@ def build_model(spec, params, task, regularizer=None):
             factory that cannot be imported or returns no keras.Model.
     """
     params = registry.check_params(spec, params)
-    if registry.is_factory(spec):
+    kind = registry.spec_kind(spec)
+    if kind == "factory":
         return build_from_factory(spec, params, task)
+    if kind == "keras_application":
+        registry.check_task(spec, task.kind)
+        return build_application(registry.resolve_application(spec[kind]), params, task, regularizer)
+    if kind == "path":
+        return load_saved_model(spec[kind], params, task)
     name = registry.resolve(spec)
     registry.check_task(name, task.kind)
     return BUILDERS[name](task, regularizer=regularizer, **params)

@@ -2,8 +2,10 @@
 
 `MODEL_SPECS` is the one source of truth: the builders in `opt_train.models.mlp`,
 `.cnn` and `.transformer` receive exactly these parameters, with these defaults. A
-model spec in YAML is either one of `MODEL_NAMES` or `{factory: "package.module:function"}`
-(the user's own Keras model; its params are passed through unchecked).
+model spec in YAML is one of `MODEL_NAMES`, `{factory: "package.module:function"}`
+(the user's own Keras model; its params are passed through unchecked),
+`{keras_application: ResNet50}` (a `keras.applications` constructor, never with
+downloaded weights) or `{path: models/my_model.keras}` (a model saved with Keras).
 """
 
 from __future__ import annotations
@@ -62,9 +64,76 @@ MODEL_NAMES = tuple(MODEL_SPECS)
 MODELS = Registry("model", MODEL_NAMES)
 
 
+# The `keras.applications` constructors of Keras 3 (a test checks this against Keras), so a
+# misspelt architecture is caught by `opt-train validate` without importing TensorFlow.
+KERAS_APPLICATIONS = (
+    "ConvNeXtBase", "ConvNeXtLarge", "ConvNeXtSmall", "ConvNeXtTiny", "ConvNeXtXLarge",
+    "DenseNet121", "DenseNet169", "DenseNet201",
+    "EfficientNetB0", "EfficientNetB1", "EfficientNetB2", "EfficientNetB3", "EfficientNetB4",
+    "EfficientNetB5", "EfficientNetB6", "EfficientNetB7",
+    "EfficientNetV2B0", "EfficientNetV2B1", "EfficientNetV2B2", "EfficientNetV2B3",
+    "EfficientNetV2L", "EfficientNetV2M", "EfficientNetV2S",
+    "InceptionResNetV2", "InceptionV3",
+    "MobileNet", "MobileNetV2", "MobileNetV3Large", "MobileNetV3Small",
+    "NASNetLarge", "NASNetMobile",
+    "ResNet101", "ResNet101V2", "ResNet152", "ResNet152V2", "ResNet50", "ResNet50V2",
+    "VGG16", "VGG19", "Xception",
+)
+_APPLICATIONS_BY_KEY = {normalize(name): name for name in KERAS_APPLICATIONS}
+
+# Set by opt-train from the data (or never downloaded), so not the user's to give.
+APPLICATION_FIXED_PARAMS = ("weights", "input_shape", "input_tensor", "classes", "classifier_activation")
+
+# A model saved with Keras: the one parameter is whether its file may run code.
+PATH_SPEC = {
+    "safe_mode": p.Param(True, p.boolean, "refuse code stored in the file (Lambda layers); false allows it"),
+}
+
+# The keys of a model spec mapping; exactly one of them.
+SPEC_KEYS = ("factory", "keras_application", "path")
+
+
+def spec_kind(spec):
+    """"name", "factory", "keras_application" or "path"."""
+    if isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) in SPEC_KEYS:
+        return next(iter(spec))
+    return "factory" if isinstance(spec, dict) else "name"
+
+
 def is_factory(spec):
     """True when `spec` names the user's own model: `{"factory": "package.module:function"}`."""
-    return isinstance(spec, dict)
+    return spec_kind(spec) == "factory"
+
+
+def resolve_application(name):
+    """The `keras.applications` constructor name (case and `_`/`-` ignored); raises UnknownNameError."""
+    canonical = _APPLICATIONS_BY_KEY.get(normalize(name)) if isinstance(name, str) else None
+    if canonical is None:
+        raise UnknownNameError("keras application", name, KERAS_APPLICATIONS)
+    return canonical
+
+
+def check_spec(spec):
+    """A model spec mapping checked and normalized (application name resolved); ValueError naming its key."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        keys = sorted(spec) if isinstance(spec, dict) else spec
+        raise p.ParamError(
+            None, "wrong_type",
+            "must be a name or one of {factory: 'package.module:function'}, "
+            "{keras_application: ResNet50}, {path: my_model.keras}", keys,
+        )
+    key, value = next(iter(spec.items()))
+    if key not in SPEC_KEYS:
+        raise UnknownNameError("model spec key", key, SPEC_KEYS)
+    if key == "factory":
+        split_factory(spec)
+        return dict(spec)
+    if key == "keras_application":
+        return {key: resolve_application(value)}
+    if not isinstance(value, str) or not value.endswith(".keras"):
+        code = "wrong_type" if not isinstance(value, str) else "out_of_range"
+        raise p.ParamError("path", code, "must name a .keras file saved by Keras", value)
+    return dict(spec)
 
 
 def resolve(name):
@@ -103,8 +172,22 @@ def _cross_errors(name, filled):
     return []
 
 
+def _application_param_errors(params):
+    if params is not None and not isinstance(params, dict):
+        return [p.ParamError(None, "wrong_type", "model params must be a mapping", params)]
+    return [
+        p.ParamError(name, "conflict", "is set by opt-train from the data (weights are never downloaded)", value)
+        for name, value in (params or {}).items() if name in APPLICATION_FIXED_PARAMS
+    ]
+
+
 def param_errors(spec, params):
     """Every problem with `params` for model `spec` (exceptions with `.param`)."""
+    kind = spec_kind(spec)
+    if kind == "keras_application":
+        return _application_param_errors(params)
+    if kind == "path":
+        return p.param_errors(PATH_SPEC, params, "saved model")
     if is_factory(spec):
         try:
             split_factory(spec)
@@ -127,7 +210,10 @@ def check_params(spec, params):
     errors = param_errors(spec, params)
     if errors:
         raise errors[0]
-    if is_factory(spec):
+    kind = spec_kind(spec)
+    if kind == "path":
+        return p.check_params(PATH_SPEC, params, "saved model")
+    if kind != "name":
         return dict(params or {})
     name = resolve(spec)
     return p.check_params(MODEL_SPECS[name], params, name)
@@ -135,7 +221,16 @@ def check_params(spec, params):
 
 def check_task(spec, kind):
     """Raises ValueError when built-in model `spec` cannot serve a task of `kind`."""
-    if is_factory(spec):
+    if spec_kind(spec) in ("factory", "path"):
+        return
+    if spec_kind(spec) == "keras_application":
+        if kind == "sequence":
+            raise p.ParamError(
+                None, "out_of_range", f"takes images; it cannot be trained on a {kind} task",
+                spec["keras_application"],
+                text=f"Model `{spec['keras_application']}` (keras.applications) takes images; "
+                f"it cannot be trained on a {kind} task. Received: task={kind}",
+            )
         return
     name = resolve(spec)
     if kind not in MODEL_TASKS[name]:

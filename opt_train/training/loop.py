@@ -22,12 +22,13 @@ STOP_CHECK_EVERY = 10
 _FLAGS = ("update", "applied")
 
 
-def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=False):
+def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=False, evaluate=True):
     """Trains the run `config` describes; returns the final metrics it writes to logdir.
 
     `resume`: continue the run in logdir when the config describes the same run
     (`resume_changed`: even if run-defining keys changed); False starts afresh, in a
     fresh folder beside logdir when logdir holds a run (see `training.logdir`).
+    `evaluate=False` (`--mode train`) runs no evaluation, in the run or at its end.
     """
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
@@ -47,6 +48,8 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
         run = build_run(config, backend)
         with StopRequests() as stop_requests:
             session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
+            if not evaluate:
+                session.evaluator = None
             for note in [warning, *notes]:
                 if note:
                     session.progress.message(note)
@@ -259,6 +262,10 @@ class Session:
         if self.benchmark:
             final.update(self.benchmark.figures())
             self.progress.message(self.benchmark.summary())
+        if self.chief and not self.benchmark:
+            from opt_train.training.export import export_at_end
+
+            export_at_end(self.run, self.progress.message)
         if self.chief:
             from opt_train.training.reporting import write_final_metrics
 

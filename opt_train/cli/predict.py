@@ -1,0 +1,30 @@
+"""`opt-train predict`: run a checkpoint's model over a .npz file's examples (OpenSeq2Seq's infer mode)."""
+
+import json
+
+import click
+
+from opt_train.cli.common import ConfigUsageError, config_options, import_tensorflow, load, user_errors
+
+
+@click.command()
+@config_options
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="A .npz file with the examples in array `x` (or data_params.x_key).")
+@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False),
+              help="The .npz to write: `outputs` (logits or values) and, when classifying, `classes`.")
+@click.option("--checkpoint", type=click.Path(), default=None,
+              help="Checkpoint prefix or directory (default: the latest in logdir).")
+def predict(configs, overrides, input_path, output_path, checkpoint):
+    """Predict with a trained model and write the predictions as .npz."""
+    config = load(configs, overrides)
+    import_tensorflow()
+    from opt_train.training.export import CheckpointNotFound, PredictInputError
+    from opt_train.training.export import predict as run_predict
+
+    with user_errors():
+        try:
+            written = run_predict(config, input_path, output_path, checkpoint=checkpoint)
+        except (CheckpointNotFound, PredictInputError) as error:
+            raise ConfigUsageError(str(error)) from None
+    click.echo(json.dumps(written, indent=2, sort_keys=True))

@@ -1,0 +1,205 @@
+"""Models out: `logdir/export/` (model.keras and a serving SavedModel), from a run or a checkpoint, and predictions."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+
+import numpy as np
+
+KERAS_FILE = "model.keras"
+SAVED_MODEL_DIR = "saved_model"
+SIGNATURE = "serving_default"
+
+
+class CheckpointNotFound(ValueError):
+    """No checkpoint where one was asked for (a bad `--checkpoint`, or a logdir never trained)."""
+
+
+def export_dir(config):
+    return os.path.join(config.logdir, "export")
+
+
+def serving_outputs(task, outputs):
+    """The serving signature's outputs: `outputs` (what evaluation scores), plus `classes` when classifying."""
+    import tensorflow as tf
+
+    result = {"outputs": outputs}
+    if task.kind in ("classification", "sequence"):
+        result["classes"] = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+    return result
+
+
+def export_model(model, task, directory):
+    """Writes `directory/model.keras` (no optimizer) and `directory/saved_model/` (signature `serving_default`).
+
+    The signature takes `inputs` (a batch of the task's input shape and dtype) and
+    returns `outputs` (float32: logits, or regression values) and, for classification
+    and sequence tasks, `classes` (their argmax). Each artifact is written beside its
+    final place and then renamed, so a reader never sees half of one.
+
+    Returns:
+        `{"keras": path, "saved_model": path}`.
+    """
+    import keras
+    import tensorflow as tf
+
+    os.makedirs(directory, exist_ok=True)
+    # The SavedModel first: it needs no layer configs, so a model Keras cannot serialize still ships.
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    spec = tf.TensorSpec((None,) + tuple(task.input_shape), task.input_dtype, name="inputs")
+    archive.add_endpoint(
+        "serve", lambda inputs: serving_outputs(task, model(inputs, training=False)), input_signature=[spec]
+    )
+    saved_path = os.path.join(directory, SAVED_MODEL_DIR)
+    _replace_directory(saved_path, lambda path: archive.write_out(path, verbose=False))
+
+    keras_path = os.path.join(directory, KERAS_FILE)
+    # Keras insists on the .keras suffix, so the temporary name keeps it.
+    temporary = os.path.join(directory, f".tmp-{KERAS_FILE}")
+    try:
+        # The loop trains with its own optimizer objects; the model itself is never compiled.
+        model.save(temporary)
+        os.replace(temporary, keras_path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return {"keras": keras_path, "saved_model": saved_path}
+
+
+def export_at_end(run, say):
+    """The end-of-run export to `logdir/export` (rank 0); a model Keras cannot save costs only its export.
+
+    The run's checkpoints are already written, so a failing export is reported through
+    `say` instead of failing a run that trained.
+    """
+    directory = export_dir(run.config)
+    try:
+        export_model(run.model, run.data.task, directory)
+    except (NotImplementedError, TypeError, ValueError) as error:  # e.g. a custom layer without get_config
+        say(f"export to {directory} incomplete: {' '.join(str(error).split())[:300]}")
+        return None
+    say(f"exported {os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/")
+    return directory
+
+
+def _replace_directory(path, write):
+    """`write(temporary)`, then the temporary directory takes `path`'s place."""
+    temporary, old = f"{path}.tmp", f"{path}.old"
+    for leftover in (temporary, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    write(temporary)
+    if os.path.exists(path):
+        os.replace(path, old)
+    os.replace(temporary, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_model(config, checkpoint=None):
+    """The config's run (no optimizer) with its model's weights from `checkpoint` (default: logdir's latest).
+
+    Returns:
+        `(run, restored_path)`.
+
+    Raises:
+        CheckpointNotFound: `checkpoint` names no checkpoint (a prefix, or a directory
+            holding some), or the logdir has none.
+    """
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+    from opt_train.training.checkpoints import Checkpoints
+
+    path = _checkpoint_path(config, checkpoint)
+    run = build_run(config, get_backend(False), with_train_op=False)
+    checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
+    # assert_existing_objects_matched: a checkpoint of another architecture must not half-load silently.
+    checkpoints.checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+    return run, path
+
+
+def _checkpoint_path(config, checkpoint):
+    import tensorflow as tf
+
+    if checkpoint is None:
+        directory = os.path.join(config.logdir, "checkpoints")
+        latest = tf.train.latest_checkpoint(directory)
+        if latest is None:
+            raise CheckpointNotFound(f"no checkpoint in {directory}; train first or give --checkpoint")
+        return latest
+    if os.path.isdir(checkpoint):
+        latest = tf.train.latest_checkpoint(checkpoint)
+        if latest is None:
+            raise CheckpointNotFound(f"--checkpoint: no checkpoint in directory {checkpoint}")
+        return latest
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise CheckpointNotFound(f"--checkpoint: no checkpoint at {checkpoint} (expected {checkpoint}.index)")
+    return checkpoint
+
+
+def export_checkpoint(config, checkpoint=None, out=None):
+    """`opt-train export`: the model of `checkpoint` exported to `out` (default logdir/export)."""
+    run, restored = restore_model(config, checkpoint)
+    paths = export_model(run.model, run.data.task, out or export_dir(config))
+    return {"checkpoint": restored, **paths}
+
+
+class PredictInputError(ValueError):
+    """`--input` cannot be read or does not fit the model."""
+
+
+def check_input_path(path):
+    """Raises PredictInputError unless `path` is an existing .npz file."""
+    if not path.endswith(".npz"):
+        kind = "TFRecord files are not read yet" if path.endswith((".tfrecord", ".tfrecords")) else "expected .npz"
+        raise PredictInputError(f"--input: {path}: {kind}; give a .npz file with an array `x`")
+    if not os.path.isfile(path):
+        raise PredictInputError(f"--input: no such file {path}")
+
+
+def read_inputs(path, task, key=None):
+    """The input array of a .npz file: `key`, else `x`, else its only array; checked against `task`."""
+    check_input_path(path)
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            names = list(arrays.files)
+            name = key or ("x" if "x" in names else (names[0] if len(names) == 1 else None))
+            inputs = arrays[name] if name in names else None
+    except (OSError, ValueError) as error:  # not a zip, or object arrays refused without pickle
+        raise PredictInputError(f"--input: {path} is not a readable .npz file ({error})") from None
+    if inputs is None:
+        raise PredictInputError(f"--input: {path} has no array `{key or 'x'}`; it holds {sorted(names)}")
+    expected = tuple(task.input_shape)
+    if expected == (1,) and inputs.ndim == 1:  # one feature per example, given as a flat array
+        inputs = inputs[:, None]
+    if tuple(inputs.shape[1:]) != expected:
+        raise PredictInputError(
+            f"--input: `{name}` has examples of shape {tuple(inputs.shape[1:])}; the model takes {expected}"
+        )
+    return inputs.astype(task.input_dtype)
+
+
+def predict(config, input_path, output_path, checkpoint=None):
+    """`opt-train predict`: the model of `checkpoint` run over `input_path`'s examples, written to `output_path`.
+
+    The .npz written holds `outputs` (what the evaluation scores: logits or
+    regression values) and, when classifying, `classes`. Returns `{name: shape}`.
+    """
+    import tensorflow as tf
+
+    from opt_train.atomic import write_bytes
+
+    check_input_path(input_path)  # before the model is built: a typo fails at once
+    run, restored = restore_model(config, checkpoint)
+    task = run.data.task
+    inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"))
+    batch = config.eval_batch_size or config.batch_size_per_gpu
+    # A compiled inference call, as the evaluation's, so predictions match what it scores.
+    step = tf.function(lambda x: serving_outputs(task, run.model(x, training=False)), reduce_retracing=True)
+    pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
+    results = {name: np.concatenate([piece[name].numpy() for piece in pieces]) for name in pieces[0]} if pieces else {}
+    buffer = io.BytesIO()
+    np.savez(buffer, **results)
+    write_bytes(output_path, buffer.getvalue())
+    return {"checkpoint": restored, "examples": int(len(inputs)), **{k: list(v.shape) for k, v in results.items()}}
