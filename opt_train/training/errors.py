@@ -14,3 +14,16 @@ class Interrupted(RuntimeError):
     def __init__(self, message, signal_number):
         super().__init__(message)
         self.exit_code = 128 + signal_number
+
+
+class Pruned(Interrupted):
+    """A sweep's pruner stopped this trial at an evaluation; a checkpoint was saved there.
+
+    `exit_code` is 3, so the sweep records the trial as pruned rather than failed.
+    """
+
+    def __init__(self, message):
+        from opt_train.training.pruning import PRUNED_EXIT_CODE
+
+        RuntimeError.__init__(self, message)
+        self.exit_code = PRUNED_EXIT_CODE
