@@ -207,6 +207,8 @@ class _Worker:
         self.decode = studies.decoder(plan.spec, plan.queue)
         self.running = {}  # job name -> (trial, lock fd, metrics.jsonl size at start)
         self.recorded = 0
+        # Trials interrupted during this run: left for the next run, not resumed at once.
+        self.interrupted = set()
         self.host = socket.gethostname()
         self._next_orphan_look = 0.0
 
@@ -245,7 +247,9 @@ class _Worker:
         waiting = False
         for frozen in studies.running_trials(self.study, self.plan.base_digest):
             folder = frozen.user_attrs.get(studies.FOLDER)
-            if not folder or folder in self.running:
+            if not folder or folder in self.running or folder in self.interrupted:
+                if folder in self.interrupted:
+                    continue
                 waiting = waiting or bool(folder)
                 continue
             path = os.path.join(self.plan.out, folder)
@@ -329,6 +333,7 @@ class _Worker:
         trial, _, records_start = self.running[outcome.job.name]
         if outcome.exit_code in INTERRUPTED_CODES:
             self.report(f"[{trial.number}] {trial.name} interrupted; it resumes on the next run")
+            self.interrupted.add(trial.name)
             self.release(trial)
             return
         self.record_outcome(trial, outcome.exit_code, outcome.wall_time, outcome.log_start, records_start)

@@ -101,10 +101,11 @@ def decoder(spec, queue):
 def make_sampler(spec, queue):
     """Optuna's sampler for `spec.sampler`, seeded with `spec.seed`."""
     samplers = optuna_module().samplers
-    if spec.sampler == "grid":
-        grid = {key: list(d.choices) for key, d in search_space(spec, queue).items()}
-        return samplers.GridSampler(grid, seed=spec.seed)
     classes = {
+        # Every grid point is queued with all its values fixed (enqueue_trial), so the sampler
+        # proposes nothing. Optuna's GridSampler is not used: it picks points at random when
+        # workers race and fails on queued trials, which carry no grid id.
+        "grid": samplers.RandomSampler,
         "random": samplers.RandomSampler,
         "tpe": samplers.TPESampler,
         "cmaes": samplers.CmaEsSampler,
