@@ -121,7 +121,7 @@ def check_trial_configs(plan):
             for issue in error.issues:
                 if issue.format() not in seen:
                     seen.add(issue.format())
-                    problems.append((f"trial {index} ({Trial(index, point).describe()})", issue))
+                    problems.append((f"trial-{index:03d} ({Trial(index, point).describe()})", issue))
     if problems:
         raise TrialConfigError(problems)
 

@@ -22,6 +22,7 @@ REPEAT = "repeat"
 RETRY_OF = "retry_of"
 # Seconds a worker that did not create the study waits for its creator to queue the trials.
 PLAN_WAIT_SECONDS = 120
+STORAGE_ATTEMPTS = 5
 
 
 def optuna_module():
@@ -43,9 +44,19 @@ def study_name(spec, out):
 
 def make_storage(url):
     """Optuna's RDB storage for `url`; SQLite waits for a locked database instead of failing at once."""
+    import sqlalchemy.exc
+
     optuna = optuna_module()
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else None
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+    for attempt in range(STORAGE_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+        except sqlalchemy.exc.SQLAlchemyError:
+            # Workers started together on a new database race to create its tables; the
+            # loser finds them made on the next attempt.
+            if attempt == STORAGE_ATTEMPTS - 1:
+                raise
+            time.sleep(1.0 + attempt)
 
 
 def encode(value):

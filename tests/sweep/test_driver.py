@@ -6,16 +6,20 @@ milliseconds, so every branch of the driver is cheap to reach.
 """
 
 import dataclasses
+import glob
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.plan import SweepPlan
-from tests.support import CONFIGS, read_json, read_jsonl
+from tests.support import CONFIGS, REPO, read_json, read_jsonl
 
 # Reads the trial's --set overrides; "diverges" above lr 1000, is "interrupted" at lr 13
 # (Ctrl-C: exit 130) and 14 (SIGTERM: exit 143) unless resumed, sleeps lr - 100 seconds
@@ -144,3 +148,115 @@ def test_resolved_configs_are_written_before_trials_start(make_plan):
     resolved = yaml.safe_load(open(os.path.join(row["logdir"], "config.yaml")))
     assert resolved["optimizer_params"]["learning_rate"] == 0.125
     assert resolved["logdir"] == row["logdir"]
+
+
+# A sweep worker in its own process, running the stand-in trainer: argv script config out rates parallel.
+DRIVER = """
+import dataclasses, sys
+from opt_train.config import load_config
+from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
+from opt_train.sweep.plan import SweepPlan
+
+script, config, out, rates, parallel, *study = sys.argv[1:]
+
+@dataclasses.dataclass(frozen=True)
+class FakePlan(SweepPlan):
+    script: str = ""
+
+    def command(self, trial, python=None):
+        return [sys.executable, self.script, *super().command(trial)[1:]]
+
+storage, name = study or (None, None)
+options = SweepOptions(grids=("optimizer_params.learning_rate=" + rates,), metric="eval/accuracy",
+                       storage=storage, study=name)
+plan = plan_sweep([config], [], load_config([config]), options, out)
+fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
+result = run_sweep(FakePlan(**fields, script=script), int(parallel), report=lambda text: print(text, flush=True))
+print(result.summary, flush=True)
+"""
+
+
+def start_worker(tmp_path, rates, parallel=1, study=(), **popen):
+    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+    argv = [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "fake_train.py"),
+            str(CONFIGS / "default.yaml"), str(tmp_path / "out"), ",".join(map(str, rates)), str(parallel), *study]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
+
+
+def study_trials(out, storage=None, name="out"):
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=storage or f"sqlite:///{out}/study.db")
+    return study.get_trials()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_two_workers_of_one_study_run_each_trial_once(tmp_path, database, request):
+    rates = [100.2 + index / 100 for index in range(6)]
+    storage = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    study = (storage, "shared") if storage else ()
+    workers = [start_worker(tmp_path, rates, parallel=2, study=study) for _ in range(2)]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    trials = study_trials(tmp_path / "out", storage, "shared" if storage else "out")
+    assert len(trials) == 6 and all(trial.state.name == "COMPLETE" for trial in trials)
+    records = read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert sorted(r["overrides"]["optimizer_params.learning_rate"] for r in records) == sorted(rates)
+    assert len({r["trial"] for r in records}) == 6
+    assert sum(output.count(" started: ") for output in outputs) == 6, outputs
+    for record in records:
+        assert open(os.path.join(record["logdir"], "train.log")).read().count("$ ") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_trials_too", [False, True])
+def test_a_driver_killed_with_sigkill_is_finished_by_the_next_run(tmp_path, kill_trials_too):
+    rates = [103.0, 0.5]
+    worker = start_worker(tmp_path, rates, start_new_session=True)
+    out = tmp_path / "out"
+    while not glob.glob(f"{out}/trial-*/ckpt"):  # the first trial is training
+        assert worker.poll() is None, worker.communicate()[0]
+        time.sleep(0.1)
+    if kill_trials_too:
+        os.killpg(worker.pid, signal.SIGKILL)
+    else:
+        os.kill(worker.pid, signal.SIGKILL)  # its trial goes on and finishes alone
+    worker.wait()
+    again = start_worker(tmp_path, rates)
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert sorted(trial.state.name for trial in study_trials(out)) == ["COMPLETE", "COMPLETE"]
+    records = read_jsonl(out / "results.jsonl")
+    assert sorted(r["overrides"]["optimizer_params.learning_rate"] for r in records) == sorted(rates)
+    first = next(r for r in records if r["overrides"]["optimizer_params.learning_rate"] == 103.0)
+    log = open(os.path.join(first["logdir"], "train.log")).read()
+    assert log.count("$ ") == (2 if kill_trials_too else 1)
+    assert ("resumed from" in log) == kill_trials_too
+
+
+def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
+    import optuna
+
+    from opt_train.sweep import preview_trials
+
+    config = str(CONFIGS / "default.yaml")
+    block = {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}}
+
+    def proposals(seed):
+        base = load_config([config])
+        options = SweepOptions(random_trials=4, seed=seed, sampler="tpe")
+        base = dataclasses.replace(base, sweep={"random": block})
+        plan = plan_sweep([config], [], base, options, "unused")
+        return [trial.values["optimizer_params.learning_rate"] for trial in preview_trials(plan)]
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=3))
+    expected = []
+    for _ in range(4):
+        trial = study.ask()
+        expected.append(trial.suggest_float("optimizer_params.learning_rate", 1e-4, 1e-1, log=True))
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert proposals(3) == expected
+    assert proposals(3) == proposals(3) != proposals(4)
