@@ -22,7 +22,7 @@ from opt_train.config import ConfigError, load_config
 from opt_train.sweep import hparams
 from opt_train.sweep import study as studies
 from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
-from opt_train.sweep.results import append_result, format_table, make_record, summary_line
+from opt_train.sweep.results import append_result, finite_json, format_table, make_record, summary_line
 from opt_train.sweep.runner import Job, run_jobs, thread_environment
 from opt_train.sweep.spec import build_spec
 from opt_train.sweep.status import (
@@ -402,8 +402,8 @@ class _Worker:
 
 
 def _jsonable(value):
-    """`value` with non-finite floats as text, as the study's JSON attributes and results.jsonl keep them."""
-    return json.loads(json.dumps(value, default=str).replace("NaN", '"nan"').replace("-Infinity", '"-inf"').replace("Infinity", '"inf"'))
+    """`value` with non-finite floats as text, as results.jsonl keeps them (the study stores strict JSON)."""
+    return json.loads(json.dumps(finite_json(value), default=str))
 
 
 def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):

@@ -38,14 +38,14 @@ def append_result(out, record):
     """Appends `record` as one line to `out/results.jsonl` (non-finite numbers as text, like metrics.jsonl)."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, RESULTS_FILE), "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(_finite_json(record), sort_keys=False) + "\n")
+        handle.write(json.dumps(finite_json(record), sort_keys=False) + "\n")
 
 
-def _finite_json(value):
+def finite_json(value):
     if isinstance(value, dict):
-        return {key: _finite_json(item) for key, item in value.items()}
+        return {key: finite_json(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_finite_json(item) for item in value]
+        return [finite_json(item) for item in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value

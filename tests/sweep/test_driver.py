@@ -260,3 +260,24 @@ def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     assert proposals(3) == expected
     assert proposals(3) == proposals(3) != proposals(4)
+
+
+def test_a_changed_base_config_gives_new_trials_and_lists_the_old_ones_as_stale(make_plan):
+    plan = make_plan([0.5, 0.25])
+    first = run_sweep(plan)
+    changed = dataclasses.replace(plan, base_overrides=("max_steps=7",), base_digest="different")
+    second = run_sweep(changed)
+    assert sorted(row["status"] for row in second.rows) == ["ok", "ok", "stale", "stale"]
+    stale = {row["trial"] for row in second.rows if row["status"] == "stale"}
+    assert stale == {row["trial"] for row in first.rows}
+    assert all(not row["metrics"] for row in second.rows if row["status"] == "stale")
+    assert second.table.splitlines()[-1].split()[-1] == "stale"  # listed last, never ranked
+    assert not second.all_failed
+
+
+def test_parameter_importances_come_from_optuna_with_enough_finished_trials(make_plan):
+    plan = make_plan([0.5, 0.25, 0.125, 0.0625])
+    result = run_sweep(plan, parallel=2)
+    assert list(result.importances) == ["optimizer_params.learning_rate"]
+    assert result.importances["optimizer_params.learning_rate"] == pytest.approx(1.0)
+    assert make_plan([0.5, 0.25], out="small") and not run_sweep(make_plan([0.5, 0.25], out="small")).importances
