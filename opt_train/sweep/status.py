@@ -51,24 +51,6 @@ def number(value):
     return value
 
 
-def trial_state(logdir):
-    """`(status, record)`: OK or FAILED with the stored `trial.json` record, or PENDING with None.
-
-    A trial is finished when its `trial.json` says failed, or when its run wrote
-    `final_metrics.json` (even if it ran outside the sweep, from `--print-commands`).
-    """
-    record = read_json(os.path.join(logdir, STATUS_FILE))
-    metrics = final_metrics(logdir)
-    if record is not None and record.get("status") == FAILED:
-        return FAILED, record
-    if metrics is not None:
-        record = dict(record or {"status": OK, "reason": None, "exit_code": None, "wall_time": None})
-        record["status"] = OK
-        record["metrics"] = metrics
-        return OK, record
-    return PENDING, None
-
-
 def stop_record(logdir, key, start=0):
     """The run's last `metrics.jsonl` record holding `key` ("stopped", "pruned", "interrupted") written after
     byte `start`, or None."""

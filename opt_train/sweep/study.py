@@ -164,8 +164,12 @@ def open_study(plan, pruner):
         created = False
     planned_key = f"planned:{plan.base_digest}"
     if not created and planned_key not in study.user_attrs:
-        # Another worker may be queueing right now; give it the time to finish.
-        deadline = time.monotonic() + (PLAN_WAIT_SECONDS if study.trials else 0)
+        # The worker that created the study (or met this base config first) may be queueing
+        # right now; give it the time to finish. A study whose trials are all of other base
+        # configs has nobody queueing: this worker queues.
+        trials = study.get_trials(deepcopy=False)
+        being_planned = not trials or any(t.user_attrs.get(GENERATION) == plan.base_digest for t in trials)
+        deadline = time.monotonic() + (PLAN_WAIT_SECONDS if being_planned else 0)
         while planned_key not in study.user_attrs and time.monotonic() < deadline:
             time.sleep(0.5)
     queued = top_up(study, plan)

@@ -2,14 +2,11 @@
 trial names from the resolved config, trial commands."""
 
 import itertools
-import math
 import os
 
 import pytest
-import yaml
 
-from opt_train.config import ConfigError, parse_override
-from opt_train.config import load_config
+from opt_train.config import ConfigError, load_config, parse_override
 from opt_train.sweep.plan import SweepPlan, Trial, check_points, config_digest, plan_queue, render
 from opt_train.sweep.spec import SweepOptions, build_spec, parse_grid_option, split_values
 from tests.support import CONFIGS

@@ -1,12 +1,11 @@
-"""Sweep results (TF-free): trial state on disk, failure reasons, results.jsonl and the ranked table."""
+"""Sweep results (TF-free): failure reasons, results.jsonl and the ranked table."""
 
 import json
 import signal
 
 from opt_train.sweep.plan import Trial
 from opt_train.sweep.results import append_result, format_table, make_record, sort_rows
-from opt_train.atomic import write_json
-from opt_train.sweep.status import FAILED, OK, PENDING, failure_reason, trial_state
+from opt_train.sweep.status import FAILED, OK, PENDING, failure_reason
 from tests.support import read_jsonl
 
 
@@ -39,22 +38,6 @@ def test_table_columns_align_and_failed_trials_show_their_reason_last():
     assert lines[5].split()[1:5] == ["1e+06", "-", "-", "-"]
     starts = {line.index(line.split()[2]) for line in lines[:5]}
     assert len(starts) == 1  # the metric column starts at the same place on every line
-
-
-def test_trial_state_reads_ok_failed_and_pending(tmp_path):
-    assert trial_state(tmp_path) == (PENDING, None)
-    write_json(str(tmp_path / "final_metrics.json"), {"eval/accuracy": 0.9, "train/loss": "nan"})
-    status, record = trial_state(tmp_path)
-    assert status == OK and record["metrics"]["eval/accuracy"] == 0.9
-    assert record["metrics"]["train/loss"] != record["metrics"]["train/loss"]  # "nan" read back as NaN
-    (tmp_path / "final_metrics.json").unlink()
-    write_json(str(tmp_path / "trial.json"), {"status": FAILED, "reason": "boom"})
-    assert trial_state(tmp_path) == (FAILED, {"status": FAILED, "reason": "boom"})
-
-
-def test_an_ok_status_without_final_metrics_is_unfinished(tmp_path):
-    write_json(str(tmp_path / "trial.json"), {"status": OK})
-    assert trial_state(tmp_path)[0] == PENDING
 
 
 def test_failure_reason_is_the_runs_own_stopped_record_of_this_attempt(tmp_path):
