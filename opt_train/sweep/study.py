@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import time
 
+from opt_train.config import ConfigError, ConfigIssue
 from opt_train.sweep.plan import render
+from opt_train.training.errors import TrainingFailed
 
 STUDY_FILE = "study.db"
 # User attributes on each trial and the study: the base config's digest (a trial of
@@ -42,8 +44,16 @@ def study_name(spec, out):
     return spec.study or os.path.basename(os.path.normpath(os.path.abspath(out)))
 
 
+class StorageUnavailable(TrainingFailed):
+    """The study's database did not answer (exit 1: the sweep could not run, the config is fine)."""
+
+
 def make_storage(url):
-    """Optuna's RDB storage for `url`; SQLite waits for a locked database instead of failing at once."""
+    """Optuna's RDB storage for `url`; SQLite waits for a locked database instead of failing at once.
+
+    A URL SQLAlchemy cannot read, or whose driver is not installed, is a `ConfigError`
+    naming --storage; a server that does not answer is `StorageUnavailable`.
+    """
     import sqlalchemy.exc
 
     optuna = optuna_module()
@@ -51,11 +61,16 @@ def make_storage(url):
     for attempt in range(STORAGE_ATTEMPTS):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=engine)
-        except sqlalchemy.exc.SQLAlchemyError:
+        except (sqlalchemy.exc.ArgumentError, ImportError) as error:
+            hint = " (pip install -e '.[postgres]' for postgresql://)" if isinstance(error, ImportError) else ""
+            message = f"cannot open the study's database: {str(error).splitlines()[0]}{hint}"
+            raise ConfigError([ConfigIssue("--storage", 0, "", "wrong_type", message, url)]) from None
+        except sqlalchemy.exc.SQLAlchemyError as error:
             # Workers started together on a new database race to create its tables; the
             # loser finds them made on the next attempt.
             if attempt == STORAGE_ATTEMPTS - 1:
-                raise
+                reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+                raise StorageUnavailable(f"the study's database did not answer: {reason}") from None
             time.sleep(1.0 + attempt)
 
 

@@ -76,3 +76,19 @@ def test_the_example_sweep_config_plans_seeded_samples_crossed_with_the_grid():
     rates = [float(line.split("optimizer_params.learning_rate=")[1].split()[0]) for line in lines]
     assert all(1e-4 <= rate <= 1e-1 for rate in rates)
     assert run_cli("sweep", "-c", CONFIGS / "sweep.yaml", "--dry-run").stdout == done.stdout
+
+
+def test_a_storage_url_sqlalchemy_cannot_read_is_one_line_exit_2(tmp_path):
+    done = run_cli("sweep", "-c", DEFAULT, "--grid", "optimizer_params.learning_rate=0.1", "--out", tmp_path / "s",
+                   "--storage", "nonsense://x")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "Error: --storage: cannot open the study's database" in done.stderr
+
+
+def test_status_without_a_study_says_so_and_creates_nothing(tmp_path):
+    out = tmp_path / "s"
+    done = run_cli("sweep", "-c", DEFAULT, "--grid", "optimizer_params.learning_rate=0.1", "--out", out, "--status")
+    assert done.returncode == 0, done.stderr
+    assert "no study yet" in done.stdout
+    assert not out.exists()
