@@ -281,3 +281,19 @@ def test_parameter_importances_come_from_optuna_with_enough_finished_trials(make
     assert list(result.importances) == ["optimizer_params.learning_rate"]
     assert result.importances["optimizer_params.learning_rate"] == pytest.approx(1.0)
     assert make_plan([0.5, 0.25], out="small") and not run_sweep(make_plan([0.5, 0.25], out="small")).importances
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "cmaes", "qmc"])
+def test_every_sampler_proposes_values_inside_the_ranges(sampler):
+    from opt_train.sweep import preview_trials
+
+    config = str(CONFIGS / "default.yaml")
+    ranges = {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}, "iter_size": {"int_uniform": [1, 3]},
+              "optimizer": {"choice": ["Adam", "SGD"]}}
+    base = dataclasses.replace(load_config([config]), sweep={"random": ranges, "trials": 5, "sampler": sampler})
+    trials = preview_trials(plan_sweep([config], [], base, SweepOptions(), "unused"))
+    assert len(trials) == 5
+    for trial in trials:
+        values = trial.values
+        assert 1e-4 <= values["optimizer_params.learning_rate"] <= 1e-1
+        assert values["iter_size"] in (1, 2, 3) and values["optimizer"] in ("Adam", "SGD")
