@@ -53,9 +53,11 @@ class TrialLink:
             import optuna
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
+            # SQLite: wait for the driver's writes instead of failing after SQLite's default 5 s.
+            engine = {"connect_args": {"timeout": 60}} if self.storage.startswith("sqlite:") else None
             study = optuna.load_study(
                 study_name=self.study_name,
-                storage=self.storage,
+                storage=optuna.storages.RDBStorage(self.storage, engine_kwargs=engine),
                 # Only the pruner matters here; the driver's sampler proposes the values.
                 sampler=optuna.samplers.RandomSampler(),
                 pruner=make_pruner(self.pruner, self.pruner_params),
@@ -70,4 +72,4 @@ class TrialLink:
             return False
         trial = self._optuna_trial()
         trial.report(float(value), int(step))
-        return trial.should_prune()
+        return bool(trial.should_prune())
