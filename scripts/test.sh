@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 bash scripts/install_horovod.sh
+bash scripts/install_postgres.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 exec python -m pytest "$@"

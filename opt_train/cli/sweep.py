@@ -1,4 +1,4 @@
-"""`opt-train sweep`: run one config many times over a grid or random ranges and rank the results."""
+"""`opt-train sweep`: run one config many times, trials handed out by an Optuna study, and rank the results."""
 
 import click
 
@@ -14,19 +14,30 @@ from opt_train.cli.common import TrainingFailedError, config_options, load, user
     metavar="KEY=V1,V2,...",
     help="Values to try for one key, read as YAML (lists in brackets), e.g. optimizer=Adam,Momentum (repeatable).",
 )
-@click.option("--random", "random_trials", type=int, metavar="N", help="Draw N points from the config's sweep.random ranges.")
-@click.option("--seed", type=int, metavar="S", help="Seed of the random draws (default: sweep.seed, else 0).")
-@click.option("--repeats", type=int, metavar="R", help="Run each point R times with random_seed = seed, seed+1, ...")
+@click.option("--trials", "--random", "random_trials", type=int, metavar="N",
+              help="Sample N trials (per grid point) from the config's sweep.random ranges.")
+@click.option("--sampler", type=click.Choice(["grid", "random", "tpe", "cmaes", "qmc"]),
+              help="Optuna sampler (default: sweep.sampler, else tpe with ranges, grid without).")
+@click.option("--pruner", type=click.Choice(["none", "median", "asha", "hyperband"]),
+              help="Optuna pruner, stopping losing trials at an evaluation (default: sweep.pruner, else none).")
+@click.option("--storage", metavar="URL",
+              help="The study's database, e.g. postgresql://host/db (default: sweep.storage, else DIR/study.db).")
+@click.option("--study", metavar="NAME", help="The study's name (default: sweep.study, else DIR's name).")
+@click.option("--seed", type=int, metavar="S", help="Seed of the sampler (default: sweep.seed, else 0).")
+@click.option("--repeats", type=int, metavar="R", help="Run each grid point R times with random_seed = seed, seed+1, ...")
 @click.option("--parallel", "-p", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Trials running at once; the CPU cores are shared between them.")
+              help="Trials this worker runs at once; the CPU cores are shared between them.")
+@click.option("--np", "np_", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run every trial under `horovodrun -np N` (Gloo).")
 @click.option("--metric", help="Metric that ranks the trials (default: sweep.metric, else eval/loss).")
 @click.option("--mode", type=click.Choice(["min", "max"]), help="Whether smaller or larger --metric is better.")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")
-@click.option("--dry-run", is_flag=True, help="List the trials and their overrides; run nothing.")
+@click.option("--dry-run", is_flag=True, help="List the trials a fresh study would run, and their state; run nothing.")
 @click.option("--print-commands", is_flag=True, help="Print one shell command per trial; run nothing.")
+@click.option("--status", is_flag=True, help="Print the study's table, best trial and states; run nothing.")
 @click.option("--retry-failed", is_flag=True, help="Run failed trials again instead of skipping them.")
-def sweep(configs, overrides, grids, random_trials, seed, repeats, parallel, metric, mode, out,
-          dry_run, print_commands, retry_failed):
+def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, study, seed, repeats, parallel, np_,
+          metric, mode, out, dry_run, print_commands, status, retry_failed):
     """Run a config once per trial (each its own `opt-train train` process) and print a ranked table.
 
     \b
@@ -34,26 +45,52 @@ def sweep(configs, overrides, grids, random_trials, seed, repeats, parallel, met
         --grid optimizer_params.learning_rate=0.1,0.01,0.001 --grid optimizer=Adam,Momentum \\
         --metric eval/accuracy --mode max --parallel 2
 
+    The trials are held by an Optuna study (default: an SQLite file in --out). Every
+    process started with the same --storage and --study is a worker of that study.
     Re-running the same command skips finished trials and resumes unfinished ones.
     Exit codes: 0 the sweep ran (failed trials are recorded), 1 every trial failed,
     2 bad usage or config.
     """
-    from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, run_sweep
+    from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, preview_trials, run_sweep, study_status
 
     base = load(configs, overrides)
-    options = SweepOptions(grids, random_trials, seed, repeats, metric, mode)
+    options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
-        plan = plan_sweep(configs, overrides, base, options, out)
-    if dry_run or print_commands:
-        lines = dry_run_lines(plan) if dry_run else [plan.shell_command(trial) for trial in plan.trials]
-        click.echo("\n".join(lines))
-        return
-    with user_errors():
+        plan = plan_sweep(configs, overrides, base, options, out, np=np_)
+        if dry_run:
+            click.echo("\n".join(dry_run_lines(plan)))
+            return
+        if print_commands:
+            click.echo("\n".join(plan.shell_command(trial) for trial in preview_trials(plan)))
+            return
+        if status:
+            _print_status(plan, study_status(plan))
+            return
         result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress)
     click.echo(result.table)
     click.echo(result.summary)
+    if result.importances:
+        click.echo(_importances_line(result.importances))
     if result.all_failed:
         raise TrainingFailedError(f"every trial failed; reasons in {plan.out}/results.jsonl")
+
+
+def _print_status(plan, status):
+    if status is None:
+        click.echo(f"no study yet for {plan.out} (run the sweep to create it)")
+        return
+    result, best = status
+    click.echo(result.table)
+    click.echo(result.summary)
+    if best is not None:
+        click.echo(f"best: {best['trial']} {plan.spec.metric} {best['metrics'][plan.spec.metric]:.4g} "
+                   + " ".join(f"{k}={v}" for k, v in best["overrides"].items()))
+    if result.importances:
+        click.echo(_importances_line(result.importances))
+
+
+def _importances_line(importances):
+    return "parameter importances: " + ", ".join(f"{key} {value:.2f}" for key, value in importances.items())
 
 
 def _progress(text):

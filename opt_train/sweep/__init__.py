@@ -1,11 +1,20 @@
-"""Hyperparameter sweeps (`opt-train sweep`): plan trials, run each as an `opt-train train` process, collect results.
+"""Hyperparameter sweeps (`opt-train sweep`) on an Optuna study: queue trials, run each as an `opt-train train`
+process, tell the study, collect results.
 
-Importing this package does not import TensorFlow; only writing the HParams
-summaries does.
+Importing this package imports neither TensorFlow nor Optuna; running a sweep imports
+Optuna, and writing the HParams summaries imports TensorFlow.
 """
 
-from opt_train.sweep.driver import SweepResult, TrialConfigError, dry_run_lines, plan_sweep, run_sweep
-from opt_train.sweep.plan import SweepPlan, Trial, plan_trials
+from opt_train.sweep.driver import (
+    SweepResult,
+    TrialConfigError,
+    dry_run_lines,
+    plan_sweep,
+    preview_trials,
+    run_sweep,
+    study_status,
+)
+from opt_train.sweep.plan import SweepPlan, Trial, plan_queue
 from opt_train.sweep.spec import SweepOptions, SweepSpec, build_spec
 
 __all__ = [
@@ -17,7 +26,9 @@ __all__ = [
     "TrialConfigError",
     "build_spec",
     "dry_run_lines",
+    "plan_queue",
     "plan_sweep",
-    "plan_trials",
+    "preview_trials",
     "run_sweep",
+    "study_status",
 ]

@@ -1,4 +1,5 @@
-"""Runs a sweep: plans and checks every trial up front, skips finished ones, runs the rest P at a time, records each.
+"""Runs a sweep as a worker of its Optuna study: checks every trial's config, takes queued trials one by one, runs
+each as an `opt-train train` process (P at a time), tells the study how it ended and records it.
 
 TF-free except the HParams summaries, which import TensorFlow only once a trial has
 a result to write.
@@ -7,16 +8,21 @@ a result to write.
 from __future__ import annotations
 
 import dataclasses
-import glob
+import fcntl
+import json
+import math
 import os
+import re
 import signal
-
+import socket
+import time
 
 from opt_train.atomic import write_json
 from opt_train.config import ConfigError, load_config
 from opt_train.sweep import hparams
-from opt_train.sweep.plan import SweepPlan, plan_trials, reuse_folders
-from opt_train.sweep.results import append_result, format_table, make_record, summary_line
+from opt_train.sweep import study as studies
+from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
+from opt_train.sweep.results import append_result, finite_json, format_table, make_record, summary_line
 from opt_train.sweep.runner import Job, run_jobs, thread_environment
 from opt_train.sweep.spec import build_spec
 from opt_train.sweep.status import (
@@ -24,15 +30,24 @@ from opt_train.sweep.status import (
     LOG_FILE,
     OK,
     PENDING,
+    PRUNED,
+    RUNNING,
+    STALE,
     STATUS_FILE,
     failure_reason,
     final_metrics,
-    trial_state,
+    is_number,
+    records_size,
+    stop_record,
 )
+from opt_train.training.pruning import ENVIRONMENT_VARIABLE, PRUNED_EXIT_CODE
 
 # Exit codes of a trial that was stopped (Ctrl-C, a scheduler's SIGTERM) rather than failed:
-# it stays unfinished, so the next run of the sweep resumes it.
+# it stays RUNNING in the study, so the next run of the sweep resumes it.
 INTERRUPTED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
+LOCK_FILE = ".trial.lock"
+# Seconds between looks for trials left running by a worker that died on this machine.
+ORPHAN_POLL_SECONDS = 2.0
 
 
 class TrialConfigError(ConfigError):
@@ -45,15 +60,17 @@ class TrialConfigError(ConfigError):
 
 @dataclasses.dataclass(frozen=True)
 class SweepResult:
-    """What a sweep run left: every trial's record (plan order), the table and its summary line."""
+    """What a sweep run left: every trial's record, the table, its summary line and the parameter importances."""
 
     rows: list
     table: str
     summary: str
+    importances: dict = dataclasses.field(default_factory=dict)
 
     @property
     def all_failed(self):
-        return bool(self.rows) and all(row["status"] == FAILED for row in self.rows)
+        current = [row for row in self.rows if row["status"] != STALE]
+        return bool(current) and all(row["status"] == FAILED for row in current)
 
 
 def default_out(config):
@@ -61,42 +78,52 @@ def default_out(config):
     return os.path.normpath(config.logdir) + "-sweep"
 
 
-def plan_sweep(configs, overrides, base_config, options, out=None):
+def plan_sweep(configs, overrides, base_config, options, out=None, np=1):
     """The checked `SweepPlan` for config files `configs` + `overrides` (loaded as `base_config`) and `options`.
 
     Raises `ConfigError` for a bad sweep block or bad options, `TrialConfigError` when
-    any trial's config does not load. Reads nothing but configs and DIR's folder names.
+    any trial's config does not load (every grid point; sampled ranges at their ends
+    and each choice). Reads nothing but configs and writes nothing.
     """
     spec = build_spec(base_config.sweep, options, base_config.locate)
     out = str(out or default_out(base_config))
     plan = SweepPlan(
-        trials=reuse_folders(plan_trials(spec, base_seed=base_config.random_seed), out),
         spec=spec,
         configs=tuple(str(path) for path in configs),
         base_overrides=tuple(overrides),
         out=out,
+        queue=plan_queue(spec, base_seed=base_config.random_seed),
+        base_digest=config_digest(base_config),
+        np=np,
     )
-    plan.resolved.update(load_trial_configs(plan))
+    check_trial_configs(plan)
     return plan
 
 
-def load_trial_configs(plan):
-    """Every trial's validated `TrainConfig` by trial name; raises `TrialConfigError` naming each bad trial.
+def load_trial(plan, point, number=0, folder=None):
+    """`(trial, config)` for the swept `point`: the trial named by its config's digest, the config with its logdir."""
+    provisional = Trial(number, tuple(point), folder=folder or "trial")
+    config = load_config(list(plan.configs), plan.trial_overrides(provisional))
+    trial = dataclasses.replace(provisional, digest=config_digest(config), folder=folder)
+    return trial, dataclasses.replace(config, logdir=plan.logdir(trial))
 
-    A problem shared by several trials is reported once, with the first of them.
+
+def check_trial_configs(plan):
+    """Loads the config of every point `check_points` gives; raises `TrialConfigError` naming each bad one.
+
+    A problem shared by several points is reported once, with the first of them.
     """
-    loaded, problems, seen = {}, [], set()
-    for trial in plan.trials:
+    problems, seen = [], set()
+    for index, point in enumerate(check_points(plan.spec, plan.queue)):
         try:
-            loaded[trial.name] = load_config(list(plan.configs), plan.trial_overrides(trial))
+            load_trial(plan, point, index)
         except ConfigError as error:
             for issue in error.issues:
                 if issue.format() not in seen:
                     seen.add(issue.format())
-                    problems.append((f"{trial.name} ({trial.describe()})", issue))
+                    problems.append((f"trial-{index:03d} ({Trial(index, point).describe()})", issue))
     if problems:
         raise TrialConfigError(problems)
-    return loaded
 
 
 def swept_columns(plan):
@@ -107,134 +134,328 @@ def swept_columns(plan):
     return keys
 
 
-def current_rows(plan):
-    """Every trial's record as the disk has it now (pending trials get a record without metrics)."""
-    rows = []
-    for trial in plan.trials:
-        logdir = plan.logdir(trial)
-        status, record = trial_state(logdir)
-        if record is None:
-            rows.append(make_record(trial, logdir, PENDING))
-        else:
-            fresh = make_record(trial, logdir, status)
-            fresh.update({key: record.get(key) for key in ("reason", "exit_code", "wall_time", "metrics")})
-            rows.append(fresh)
-    return rows
+def preview_trials(plan):
+    """The trials a fresh study would run, in order, with the values its sampler proposes (nothing is written)."""
+    trials = []
+    for number, (values, repeat) in enumerate(studies.preview(plan)):
+        trial, _ = load_trial(plan, values, number)
+        trials.append(dataclasses.replace(trial, repeat=repeat))
+    return trials
 
 
 def dry_run_lines(plan):
-    """One line per trial: name, state on disk (what a run would do), overrides."""
+    """One line per trial a fresh study would run: name, what its study says of it, overrides."""
+    study = studies.load(plan)
+    known = {}
+    if study is not None:
+        for row in study_rows(study, plan):
+            if row["status"] != STALE:
+                known.setdefault(row.get("digest"), []).append(row["status"])
     lines = []
-    for trial in plan.trials:
-        status, _ = trial_state(plan.logdir(trial))
-        action = {OK: "done", FAILED: "failed", PENDING: "to run"}[status]
+    for trial in preview_trials(plan):
+        states = known.get(trial.digest) or []
+        action = {OK: "done", FAILED: "failed", PRUNED: "pruned", RUNNING: "running"}.get(
+            states.pop(0) if states else None, "to run")
         lines.append(f"{trial.name}  {action:<7} {trial.describe()}")
     return lines
 
 
-class _Recorder:
-    """Turns finished processes into records: trial.json, a results.jsonl line, an HParams session."""
+def study_rows(study, plan):
+    """One row per trial of the study: the sweep's record when it has one, else its state; stale ones marked."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {trial.user_attrs.get(studies.RETRY_OF) for trial in trials}
+    rows = []
+    for trial in trials:
+        if trial.number in retried:
+            continue  # a later attempt of this trial is listed instead
+        attrs = trial.user_attrs
+        record = attrs.get(studies.RECORD)
+        if record is not None:
+            row = dict(record)
+        else:
+            state = {"RUNNING": RUNNING, "WAITING": PENDING}.get(trial.state.name, FAILED)
+            folder = attrs.get(studies.FOLDER) or f"trial-{trial.number:03d}"
+            row = {"trial": folder, "number": trial.number, "status": state, "reason": None, "exit_code": None,
+                   "wall_time": None, "repeat": attrs.get(studies.REPEAT, 0),
+                   "overrides": dict(attrs.get("overrides") or trial.params),
+                   "logdir": os.path.join(plan.out, folder), "metrics": {}}
+        row["digest"] = attrs.get("digest")
+        if attrs.get(studies.GENERATION) != plan.base_digest:
+            row.update(status=STALE, metrics={})
+        rows.append(row)
+    return rows
 
-    def __init__(self, plan, report):
-        self.plan = plan
-        self.report = report
-        self.by_name = {trial.name: trial for trial in plan.trials}
-        self.total = len(plan.trials)
+
+def _lock(folder):
+    """An open, exclusively locked `folder/.trial.lock` (fd), or None when another process holds it."""
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+class _Worker:
+    """Takes trials from the study, starts their processes, tells the study how they ended, records them."""
+
+    def __init__(self, plan, study, report, environment):
+        self.plan, self.study, self.report, self.environment = plan, study, report, environment
+        self.space = studies.search_space(plan.spec, plan.queue)
+        self.decode = studies.decoder(plan.spec, plan.queue)
+        self.running = {}  # job name -> (trial, lock fd, metrics.jsonl size at start)
         self.recorded = 0
+        # Trials interrupted during this run: left for the next run, not resumed at once.
+        self.interrupted = set()
+        self.host = socket.gethostname()
+        self._next_orphan_look = 0.0
 
-    def label(self, trial):
-        return f"[{trial.ordinal}/{self.total}] {trial.name}"
+    # -- handing out trials ------------------------------------------------
+    def jobs(self):
+        """Yields a Job whenever a slot is free and the study has a trial for this worker; None while it waits
+        for trials that a dead worker on this machine left running."""
+        optuna = studies.optuna_module()
+        while True:
+            trial_id = studies.claim_waiting(self.study, self.plan.base_digest)
+            if trial_id is not None:
+                job = self.start(optuna.trial.Trial(self.study, trial_id))
+                if job is not None:
+                    yield job
+                continue
+            if time.monotonic() < self._next_orphan_look:
+                yield None
+                continue
+            self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
+            orphan, waiting = self.find_orphan()
+            if orphan is not None:
+                job = self.start(optuna.trial.Trial(self.study, orphan[0]._trial_id), lock=orphan[1])
+                if job is not None:
+                    yield job
+                continue
+            if not waiting:
+                return
+            yield None
 
+    def find_orphan(self):
+        """`((frozen trial, lock fd) or None, whether some local trial is still locked by another process)`.
+
+        A RUNNING trial whose folder is here and whose lock is free was left by a worker
+        that died (kill -9, a crashed machine); its children, which hold the lock too, have ended.
+        """
+        waiting = False
+        for frozen in studies.running_trials(self.study, self.plan.base_digest):
+            folder = frozen.user_attrs.get(studies.FOLDER)
+            if not folder or folder in self.running or folder in self.interrupted:
+                if folder in self.interrupted:
+                    continue
+                waiting = waiting or bool(folder)
+                continue
+            path = os.path.join(self.plan.out, folder)
+            if not os.path.isdir(path):
+                continue  # another machine's trial
+            fd = _lock(path)
+            if fd is None:
+                waiting = True
+                continue
+            return (frozen, fd), True
+        return None, waiting
+
+    def start(self, optuna_trial, lock=None):
+        """The Job for `optuna_trial` (values proposed, folder locked, config written), or None when it needed no
+        process (its config failed, or its run had already finished)."""
+        attrs = optuna_trial.user_attrs
+        values = studies.suggest(optuna_trial, self.space, self.decode)
+        folder = attrs.get(studies.FOLDER)
+        try:
+            trial, config = load_trial(self.plan, values, optuna_trial.number, folder)
+        except ConfigError as error:
+            trial = Trial(optuna_trial.number, values, folder=folder or f"trial-{optuna_trial.number:03d}-config")
+            self.finish_trial(optuna_trial.number, make_record(trial, self.plan.logdir(trial), FAILED, reason=str(error)))
+            return None
+        trial = dataclasses.replace(trial, repeat=attrs.get(studies.REPEAT, 0))
+        if folder is None:
+            adopted = self.finished_elsewhere(trial)
+            if adopted is not None:
+                trial = dataclasses.replace(trial, folder=adopted)
+        logdir = self.plan.logdir(trial)
+        if lock is None:
+            lock = _lock(logdir)
+            if lock is None:  # cannot happen for a fresh folder; be safe and give it back
+                self.study.tell(optuna_trial.number, state=studies.optuna_module().trial.TrialState.FAIL)
+                return None
+        if folder is None:
+            optuna_trial.set_user_attr(studies.FOLDER, trial.name)
+            optuna_trial.set_user_attr("digest", trial.digest)
+            optuna_trial.set_user_attr("host", self.host)
+            optuna_trial.set_user_attr("overrides", _jsonable(trial.values))
+        metrics = final_metrics(logdir)
+        if metrics is not None and os.path.exists(os.path.join(logdir, "config.yaml")):
+            # Finished outside the sweep (--print-commands) or while its worker was dying.
+            self.running[trial.name] = (trial, lock, 0)
+            self.record_outcome(trial, 0, None, 0, 0)
+            return None
+        # The resolved config is in the folder before the process starts, so even a trial that crashes early has one.
+        config.dump(os.path.join(logdir, "config.yaml"))
+        env = dict(self.environment)
+        env[ENVIRONMENT_VARIABLE] = json.dumps({
+            "storage": studies.storage_url(self.plan.spec, self.plan.out),
+            "study": studies.study_name(self.plan.spec, self.plan.out),
+            "trial_id": optuna_trial._trial_id,
+            "metric": self.plan.spec.metric,
+            "pruner": self.plan.spec.pruner,
+            "pruner_params": self.plan.spec.pruner_params,
+        })
+        self.running[trial.name] = (trial, lock, records_size(logdir))
+        return Job(trial.name, tuple(self.plan.command(trial)), os.path.join(logdir, LOG_FILE), env, (lock,))
+
+    def finished_elsewhere(self, trial):
+        """A folder in DIR for the same config whose run finished and that no trial of the study owns, or None."""
+        try:
+            names = sorted(os.listdir(self.plan.out))
+        except OSError:
+            return None
+        owned = {t.user_attrs.get(studies.FOLDER) for t in self.study.get_trials(deepcopy=False)}
+        for name in names:
+            match = TRIAL_FOLDER.match(name)
+            if match and match.group(1) == trial.digest and name not in owned:
+                if final_metrics(os.path.join(self.plan.out, name)) is not None:
+                    return name
+        return None
+
+    # -- results -----------------------------------------------------------
     def started(self, job):
-        trial = self.by_name[job.name]
-        self.report(f"{self.label(trial)} started: {trial.describe()}")
+        trial = self.running[job.name][0]
+        self.report(f"[{trial.number}] {trial.name} started: {trial.describe()}")
 
     def finished(self, outcome):
-        trial = self.by_name[outcome.job.name]
-        logdir = self.plan.logdir(trial)
+        trial, _, records_start = self.running[outcome.job.name]
         if outcome.exit_code in INTERRUPTED_CODES:
-            self.report(f"{self.label(trial)} interrupted; it resumes on the next run")
+            self.report(f"[{trial.number}] {trial.name} interrupted; it resumes on the next run")
+            self.interrupted.add(trial.name)
+            self.release(trial)
             return
+        self.record_outcome(trial, outcome.exit_code, outcome.wall_time, outcome.log_start, records_start)
+
+    def record_outcome(self, trial, exit_code, wall_time, log_start, records_start):
+        logdir = self.plan.logdir(trial)
         metrics = final_metrics(logdir)
-        if outcome.exit_code == 0 and metrics is not None:
-            record = make_record(trial, logdir, OK, exit_code=0, wall_time=outcome.wall_time, metrics=metrics)
+        if exit_code == 0 and metrics is not None:
+            record = make_record(trial, logdir, OK, exit_code=0, wall_time=wall_time, metrics=metrics)
+        elif exit_code == PRUNED_EXIT_CODE and stop_record(logdir, "pruned", records_start):
+            record = self.pruned_record(trial, logdir, wall_time, records_start)
         else:
-            reason = failure_reason(outcome.job.log_path, outcome.exit_code, outcome.log_start)
-            if outcome.exit_code == 0:
+            reason = failure_reason(os.path.join(logdir, LOG_FILE), exit_code, log_start, logdir, records_start)
+            if exit_code == 0:
                 reason = f"exited without writing final_metrics.json ({reason})"
-            record = make_record(
-                trial, logdir, FAILED, reason=reason, exit_code=outcome.exit_code, wall_time=outcome.wall_time
-            )
-        self.store(record)
-        self.report(f"{self.label(trial)} {self.describe(record)}")
+            record = make_record(trial, logdir, FAILED, reason=reason, exit_code=exit_code, wall_time=wall_time)
+        self.finish_trial(trial.number, record)
+        self.release(trial)
+        self.report(f"[{trial.number}] {trial.name} {self.describe(record)}")
 
-    def adopt(self, trial, record):
-        """A trial that finished outside the sweep (e.g. from --print-commands): recorded like one run here."""
-        stored = make_record(trial, self.plan.logdir(trial), OK, metrics=record.get("metrics"))
-        self.store(stored)
+    def pruned_record(self, trial, logdir, wall_time, records_start):
+        """A pruned trial's record: the step it reached and its metric there (from its own metrics.jsonl)."""
+        step = stop_record(logdir, "pruned", records_start)["step"]
+        metrics = {"global_step": step}
+        evaluated = stop_record(logdir, self.plan.spec.metric, records_start)
+        if evaluated is not None and evaluated.get("step") == step:
+            metrics[self.plan.spec.metric] = evaluated[self.plan.spec.metric]
+        return make_record(trial, logdir, PRUNED, reason=f"stopped at step {step}", exit_code=PRUNED_EXIT_CODE,
+                           wall_time=wall_time, metrics=metrics)
 
-    def store(self, record):
+    def finish_trial(self, number, record):
+        """Stores `record` (trial.json, results.jsonl, HParams, the study) and tells the study the trial's state."""
+        state = studies.optuna_module().trial.TrialState
         write_json(os.path.join(record["logdir"], STATUS_FILE), record)
         append_result(self.plan.out, record)
         hparams.write_session(record["logdir"], record)
+        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
+        self.study._storage.set_trial_user_attr(trial_id, studies.RECORD, _jsonable(record))
+        value = record["metrics"].get(self.plan.spec.metric)
+        if record["status"] == OK and is_number(value) and math.isfinite(value):
+            self.study.tell(number, float(value))
+        elif record["status"] == PRUNED:
+            self.study.tell(number, state=state.PRUNED)
+        else:
+            self.study.tell(number, state=state.FAIL)
         self.recorded += 1
+
+    def release(self, trial):
+        _, lock, _ = self.running.pop(trial.name)
+        os.close(lock)
 
     def describe(self, record):
         seconds = f" in {record['wall_time']:.1f}s" if record.get("wall_time") is not None else ""
         if record["status"] == FAILED:
             return f"failed{seconds}: {record['reason']}"
+        if record["status"] == PRUNED:
+            return f"pruned{seconds}: {record['reason']}"
         value = record["metrics"].get(self.plan.spec.metric)
         shown = f": {self.plan.spec.metric} {value:.4g}" if isinstance(value, (int, float)) else ""
         return f"ok{seconds}{shown}"
 
+    def close(self):
+        for _, lock, _ in self.running.values():
+            os.close(lock)
+        self.running.clear()
 
-def _write_resolved_config(config, logdir):
-    """The trial's resolved config in its logdir before it starts, so even a trial that crashes early has one."""
-    os.makedirs(logdir, exist_ok=True)
-    config.dump(os.path.join(logdir, "config.yaml"))
 
-
-def _to_run(plan, recorder, retry_failed):
-    """The trials that need a process; adopts trials finished elsewhere on the way."""
-    chosen, skipped = [], {OK: 0, FAILED: 0}
-    for trial in plan.trials:
-        status, record = trial_state(plan.logdir(trial))
-        if status == PENDING or (status == FAILED and retry_failed):
-            chosen.append(trial)
-            continue
-        skipped[status] += 1
-        if status == OK and not os.path.exists(os.path.join(plan.logdir(trial), STATUS_FILE)):
-            recorder.adopt(trial, record)
-    return chosen, skipped
+def _jsonable(value):
+    """`value` with non-finite floats as text, as results.jsonl keeps them (the study stores strict JSON)."""
+    return json.loads(json.dumps(finite_json(value), default=str))
 
 
 def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
-    """Runs every unfinished trial of `plan`, `parallel` at a time; returns the `SweepResult`.
+    """Runs this worker's share of the study of `plan`, `parallel` trials at a time; returns the `SweepResult`.
 
-    Every trial's config is checked before any starts (`plan_sweep` did it; else here,
-    raising `TrialConfigError`).
-    Finished trials are skipped (failed ones too unless `retry_failed`); unfinished
-    ones resume from their checkpoints. `report(text)` receives progress lines.
+    Trials the study has finished (ok, failed, pruned) are not run again (failed ones
+    are when `retry_failed`); trials left running by a worker that died on this machine
+    resume from their checkpoints. `report(text)` receives progress lines.
     """
+    from opt_train.training.pruning import make_pruner
+
     report = report or (lambda text: None)
-    configs = plan.resolved or load_trial_configs(plan)
-    recorder = _Recorder(plan, report)
-    chosen, skipped = _to_run(plan, recorder, retry_failed)
-    if skipped[OK] or skipped[FAILED]:
-        count = skipped[OK] + skipped[FAILED]
-        report(f"skipping {count} finished trials ({skipped[OK]} ok, {skipped[FAILED]} failed)")
-    environment = thread_environment(parallel)
-    jobs = []
-    for trial in chosen:
-        logdir = plan.logdir(trial)
-        _write_resolved_config(configs[trial.name], logdir)
-        jobs.append(Job(trial.name, tuple(plan.command(trial)), os.path.join(logdir, LOG_FILE), environment))
-    run_jobs(jobs, parallel, on_start=recorder.started, on_finish=recorder.finished)
-    rows = current_rows(plan)
-    if recorder.recorded or not glob.glob(os.path.join(plan.out, "events.out.tfevents.*")):
-        hparams.write_experiment(plan.out, swept_columns(plan), rows, plan.spec.metric, plan.spec.random)
+    study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params))
+    if retry_failed:
+        queued += studies.requeue_failed(study, plan)
+    name, url = studies.study_name(plan.spec, plan.out), studies.storage_url(plan.spec, plan.out)
+    report(f"study {name} in {_hide_password(url)}: {queued} trials queued by this worker")
+    worker = _Worker(plan, study, report, thread_environment(parallel * plan.np))
+    try:
+        run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
+    finally:
+        worker.close()
+    return collect(plan, study, write_experiment=True)
+
+
+def collect(plan, study, write_experiment=False):
+    """The `SweepResult` of the study as it stands (and the HParams experiment in DIR when asked)."""
+    rows = study_rows(study, plan)
+    current = [row for row in rows if row["status"] != STALE]
+    if write_experiment and current:
+        hparams.write_experiment(plan.out, swept_columns(plan), current, plan.spec.metric, plan.spec.random)
     return SweepResult(
         rows=rows,
         table=format_table(rows, swept_columns(plan), plan.spec.metric, plan.spec.mode),
         summary=summary_line(rows, plan.spec.metric, plan.spec.mode, plan.out),
+        importances=studies.importances(study, plan.base_digest),
     )
+
+
+def study_status(plan):
+    """`(SweepResult, best row or None)` of the existing study, or None when it has no study yet."""
+    study = studies.load(plan)
+    if study is None:
+        return None
+    result = collect(plan, study)
+    ranked = [row for row in result.rows if row["status"] == OK and is_number(row["metrics"].get(plan.spec.metric))]
+    best = None
+    if ranked:
+        sign = -1 if plan.spec.mode == "max" else 1
+        best = min(ranked, key=lambda row: sign * row["metrics"][plan.spec.metric])
+    return result, best
+
+
+def _hide_password(url):
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)

@@ -1,29 +1,26 @@
-"""Planning a sweep: grid points crossed with seeded random draws and repeats, as `Trial`s with stable names.
+"""A sweep's plan: the queue of trials to hand to the Optuna study (grid points, repeats, sampled slots) and their commands.
 
-A trial's name is `trial-<ordinal>-<digest>`: the digest hashes the trial's swept
-overrides and repeat index, so running the same command again finds the same
-logdirs. TF-free.
+A trial's folder is `trial-<number>-<digest>`, where the digest hashes the trial's full
+resolved config (its logdir aside): the same config finds the same folder, and a
+changed base config gives new trials. TF-free.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import itertools
 import json
 import math
 import os
-import random as random_module
 import re
 import shlex
 import sys
 
 import yaml
 
-# Random draws keep this many significant digits: enough for any hyperparameter,
-# short enough to read in a table and a logdir's config.
-SIGNIFICANT_DIGITS = 4
+# Keys of a resolved config that do not change what a trial trains.
+_NOT_IDENTITY = ("logdir", "sweep")
 
 
 def render(value):
@@ -33,44 +30,36 @@ def render(value):
     return text.removesuffix("\n").removesuffix("\n...")
 
 
+def config_digest(config):
+    """8 hex digits of a resolved `TrainConfig`: what the trial trains, whatever its logdir."""
+    identity = {key: value for key, value in config.to_dict().items() if key not in _NOT_IDENTITY}
+    payload = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:8]
+
+
 @dataclasses.dataclass(frozen=True)
 class Trial:
-    """One run of the sweep: the swept `(key, value)` pairs, the repeat index and its seed override."""
+    """One run of the sweep: its number in the study, the swept `(key, value)` pairs and its config digest."""
 
-    ordinal: int
+    number: int
     point: tuple
+    digest: str = "00000000"
     repeat: int = 0
-    seed: int | None = None
-    width: int = 3
-    # The folder an earlier run of the sweep gave this trial, when the ordinals have moved since.
-    dirname: str | None = None
-    # 0 for the first trial with these values; k for the k-th repetition of the same point.
-    occurrence: int = 0
-
-    @property
-    def digest(self):
-        """8 hex digits that depend only on the swept values (in any key order) and the repeat index."""
-        identity = {"point": sorted([key, render(value)] for key, value in self.point), "repeat": self.repeat}
-        if self.occurrence:  # left out when 0, so existing sweeps keep their folder names
-            identity["occurrence"] = self.occurrence
-        payload = json.dumps(identity, sort_keys=True)
-        return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:8]
+    # The folder the trial was given when it started (a retry or a resumed trial keeps it).
+    folder: str | None = None
 
     @property
     def name(self):
-        return self.dirname or f"trial-{self.ordinal:0{self.width}d}-{self.digest}"
+        return self.folder or f"trial-{self.number:03d}-{self.digest}"
 
     @property
     def values(self):
-        """The trial's swept values by key, `random_seed` included when repeats set it."""
-        values = dict(self.point)
-        if self.seed is not None:
-            values["random_seed"] = self.seed
-        return values
+        """The trial's swept values by key (`random_seed` included when repeats set it)."""
+        return dict(self.point)
 
     def overrides(self):
         """The `--set KEY=VALUE` texts that make this trial differ from the base config."""
-        return [f"{key}={render(value)}" for key, value in self.values.items()]
+        return [f"{key}={render(value)}" for key, value in self.point]
 
     def describe(self):
         """`optimizer=Adam optimizer_params.learning_rate=0.1` (or `(base config)`)."""
@@ -78,17 +67,28 @@ class Trial:
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepPlan:
-    """Every trial of a sweep plus what is needed to start them: the base configs, overrides and DIR.
+class QueueEntry:
+    """One trial the study is asked to run: the values fixed in advance (grid, seed) and the repeat index."""
 
-    `resolved` holds each trial's validated `TrainConfig` by trial name once checked.
+    fixed: tuple
+    repeat: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep needs to run: the checked spec, the base configs and overrides, DIR, the queue.
+
+    `base_digest` names the base config (the "generation" of the study's trials);
+    `np` > 1 runs every trial under `horovodrun -np NP`.
     """
 
-    trials: tuple
     spec: object
     configs: tuple
     base_overrides: tuple
     out: str
+    queue: tuple = ()
+    base_digest: str = ""
+    np: int = 1
     resolved: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def logdir(self, trial):
@@ -99,11 +99,15 @@ class SweepPlan:
         return [*self.base_overrides, *trial.overrides(), f"logdir={render(self.logdir(trial))}"]
 
     def command(self, trial, python=None):
-        """The argv that runs `trial` through the same code path as `opt-train train`."""
+        """The argv that runs `trial` through the same code path as `opt-train train` (under horovodrun with np > 1)."""
         argv = [python or sys.executable, "-m", "opt_train", "train"]
         for path in self.configs:
             argv += ["--config", path]
-        for text in self.trial_overrides(trial):
+        overrides = self.trial_overrides(trial)
+        if self.np > 1:
+            argv = ["horovodrun", "-np", str(self.np), "-H", f"localhost:{self.np}", "--gloo", *argv]
+            overrides = [*overrides[:-1], "use_horovod=true", overrides[-1]]
+        for text in overrides:
             argv += ["--set", text]
         return argv
 
@@ -112,25 +116,7 @@ class SweepPlan:
         return shlex.join(self.command(trial))
 
 
-_TRIAL_FOLDER = re.compile(r"^trial-\d+-([0-9a-f]{8})$")
-
-
-def reuse_folders(trials, out):
-    """`trials` with the folder names found in `out` for the same digest (so adding a grid value
-    that shifts the ordinals does not orphan finished trials)."""
-    try:
-        names = sorted(os.listdir(out))
-    except OSError:
-        return tuple(trials)
-    found = {}
-    for name in names:
-        match = _TRIAL_FOLDER.match(name)
-        if match and os.path.isdir(os.path.join(out, name)):
-            found.setdefault(match.group(1), name)
-    return tuple(
-        dataclasses.replace(trial, dirname=found[trial.digest]) if trial.digest in found else trial
-        for trial in trials
-    )
+TRIAL_FOLDER = re.compile(r"^trial-\d+-([0-9a-f]{8})$")
 
 
 def grid_points(grid):
@@ -139,60 +125,42 @@ def grid_points(grid):
     return [tuple(zip(keys, values)) for values in itertools.product(*(grid[key] for key in keys))]
 
 
-def draw(distribution, rng):
-    """One value from a `Distribution`, floats rounded to SIGNIFICANT_DIGITS and kept within the bounds."""
-    kind, args = distribution.kind, distribution.args
-    if kind == "choice":
-        return args[rng.randrange(len(args))]
-    low, high = args
-    if kind == "int_uniform":
-        return rng.randint(low, high)
-    if kind == "log_uniform":
-        value = math.exp(rng.uniform(math.log(low), math.log(high)))
-    else:
-        value = rng.uniform(low, high)
-    return min(max(float(f"{value:.{SIGNIFICANT_DIGITS}g}"), low), high)
-
-
-def random_points(ranges, count, seed):
-    """`count` seeded draws over `ranges` (keys drawn in sorted order, so YAML order does not matter)."""
-    rng = random_module.Random(seed)
-    points = []
-    for _ in range(count):
-        drawn = {key: draw(ranges[key], rng) for key in sorted(ranges)}
-        points.append(tuple((key, drawn[key]) for key in ranges))
-    return points
-
-
-def points(spec):
-    """The sweep's points: each grid point crossed with the same `trials` random draws."""
-    grid = grid_points(spec.grid)
-    if not spec.random:
-        return grid
-    draws = random_points(spec.random, spec.trials, spec.seed)
-    return [fixed + drawn for fixed in grid for drawn in draws]
-
-
-def plan_trials(spec, base_seed=0):
-    """The sweep's trials in order: each point `spec.repeats` times, seeds `base_seed + r` when repeated.
+def plan_queue(spec, base_seed=0):
+    """The trials the study runs, in order: each grid point `repeats` times (seeds `base_seed + r`), or,
+    with ranges to sample, `trials` sampled trials per grid point.
 
     A point that sets `random_seed` itself repeats around that seed instead.
     """
-    expanded = []
-    for point in points(spec):
-        if spec.repeats == 1:
-            expanded.append((point, 0, None))
-            continue
-        first_seed = int(dict(point).get("random_seed", base_seed))
-        point = tuple((key, value) for key, value in point if key != "random_seed")
-        expanded.extend((point, repeat, first_seed + repeat) for repeat in range(spec.repeats))
-    width = max(3, len(str(len(expanded))))
-    # A point drawn or listed twice is two trials: each needs its own folder.
-    seen = collections.Counter()
-    trials = []
-    for index, (point, repeat, seed) in enumerate(expanded, start=1):
-        key = (tuple(sorted((k, render(v)) for k, v in point)), repeat)
-        trials.append(Trial(ordinal=index, point=point, repeat=repeat, seed=seed, width=width,
-                            occurrence=seen[key]))
-        seen[key] += 1
-    return tuple(trials)
+    queue = []
+    for point in grid_points(spec.grid):
+        if spec.random:
+            queue.extend(QueueEntry(point) for _ in range(spec.trials or 0))
+        elif spec.repeats == 1:
+            queue.append(QueueEntry(point))
+        else:
+            first_seed = int(dict(point).get("random_seed", base_seed))
+            point = tuple((key, value) for key, value in point if key != "random_seed")
+            queue.extend(QueueEntry(point + (("random_seed", first_seed + r),), r) for r in range(spec.repeats))
+    return tuple(queue)
+
+
+def check_points(spec, queue):
+    """The points whose configs are checked before anything runs: every queued point, each at the
+    ranges' low ends, at their high ends, and with each `choice` value."""
+    if not spec.random:
+        return [entry.fixed for entry in queue]
+    low = {key: (d.args[0]) for key, d in spec.random.items()}
+    high = {key: (d.args[-1] if d.kind == "choice" else d.args[1]) for key, d in spec.random.items()}
+    variants = [low, high]
+    for key, distribution in spec.random.items():
+        if distribution.kind == "choice":
+            variants += [{**low, key: choice} for choice in distribution.args]
+    points, seen = [], set()
+    fixed_points = {render(list(entry.fixed)): entry.fixed for entry in queue}
+    for fixed in fixed_points.values():
+        for variant in variants:
+            point = fixed + tuple(variant.items())
+            if render(list(point)) not in seen:
+                seen.add(render(list(point)))
+                points.append(point)
+    return points

@@ -9,17 +9,20 @@ import json
 import math
 import os
 
-from opt_train.sweep.status import FAILED, OK, PENDING, is_number
+from opt_train.sweep.status import FAILED, OK, PENDING, PRUNED, RUNNING, STALE, is_number
 
 RESULTS_FILE = "results.jsonl"
+# Table and summary order after the ranked trials.
+STATUS_ORDER = (OK, PRUNED, FAILED, RUNNING, PENDING, STALE)
 # Metrics shown beside the chosen one when the trials have them.
 EXTRA_COLUMNS = ("train/loss", "global_step")
 
 
 def make_record(trial, logdir, status, *, reason=None, exit_code=None, wall_time=None, metrics=None):
-    """The facts about one trial, as stored in `trial.json` and `results.jsonl`."""
+    """The facts about one trial, as stored in `trial.json`, `results.jsonl` and the study."""
     return {
         "trial": trial.name,
+        "number": trial.number,
         "status": status,
         "reason": reason,
         "exit_code": exit_code,
@@ -35,21 +38,22 @@ def append_result(out, record):
     """Appends `record` as one line to `out/results.jsonl` (non-finite numbers as text, like metrics.jsonl)."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, RESULTS_FILE), "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(_finite_json(record), sort_keys=False) + "\n")
+        handle.write(json.dumps(finite_json(record), sort_keys=False) + "\n")
 
 
-def _finite_json(value):
+def finite_json(value):
     if isinstance(value, dict):
-        return {key: _finite_json(item) for key, item in value.items()}
+        return {key: finite_json(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_finite_json(item) for item in value]
+        return [finite_json(item) for item in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
 
 
 def sort_rows(rows, metric, mode):
-    """Finished trials best first by `metric` (`mode` min or max), then ok ones without it, failed, pending.
+    """Finished trials best first by `metric` (`mode` min or max), then ok ones without it, pruned, failed,
+    running, pending, stale.
 
     Ties keep the plan order.
     """
@@ -58,8 +62,7 @@ def sort_rows(rows, metric, mode):
         value = row.get("metrics", {}).get(metric)
         if row["status"] == OK and is_number(value):
             return (0, -value if mode == "max" else value)
-        order = {OK: 1, FAILED: 2, PENDING: 3}
-        return (order.get(row["status"], 3), 0)
+        return (1 + STATUS_ORDER.index(row["status"]) if row["status"] in STATUS_ORDER else len(STATUS_ORDER) + 1, 0)
 
     return sorted(rows, key=rank)
 
@@ -81,6 +84,8 @@ def format_value(value):
 def _status_text(row):
     if row["status"] == FAILED:
         return f"failed: {row.get('reason') or 'unknown reason'}"
+    if row["status"] == PRUNED:
+        return f"pruned: {row.get('reason') or 'by the pruner'}"
     return row["status"]
 
 
@@ -106,8 +111,8 @@ def format_table(rows, swept_keys, metric, mode):
 
 
 def summary_line(rows, metric, mode, out):
-    """`6 trials: 4 ok, 1 failed, 1 pending; sorted by eval/accuracy (max); results in DIR/results.jsonl`."""
-    counts = {status: sum(row["status"] == status for row in rows) for status in (OK, FAILED, PENDING)}
+    """`6 trials: 4 ok, 1 pruned, 1 failed; sorted by eval/accuracy (max); results in DIR/results.jsonl`."""
+    counts = {status: sum(row["status"] == status for row in rows) for status in STATUS_ORDER}
     shown = ", ".join(f"{count} {status}" for status, count in counts.items() if count)
     return (
         f"{len(rows)} trials: {shown}; sorted by {metric} ({mode}); "

@@ -5,7 +5,6 @@ TF-free: the pool only starts and watches processes.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import shlex
@@ -18,6 +17,7 @@ import time
 POLL_SECONDS = 0.2
 # Seconds a stopped trial gets to exit after SIGTERM before it is killed.
 STOP_GRACE_SECONDS = 10
+_END = object()
 THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 
 
@@ -29,6 +29,8 @@ class Job:
     argv: tuple
     log_path: str
     env: dict = dataclasses.field(default_factory=dict)
+    # File descriptors the process inherits (the trial's folder lock, held while it runs).
+    pass_fds: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +74,8 @@ class _Running:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **job.env}
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            list(job.argv), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            list(job.argv), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            pass_fds=job.pass_fds,
         )
 
     def poll(self):
@@ -99,20 +102,31 @@ class _Running:
 def run_jobs(jobs, parallel, on_start=None, on_finish=None):
     """Runs `jobs` at most `parallel` at a time, in order; calls `on_start(job)` and `on_finish(outcome)`.
 
+    `jobs` may be a generator: it is asked for the next job only when a slot is free,
+    and may yield None for "nothing to start yet, ask again shortly".
+
     Returns the outcomes in the order the jobs finished. On any exception (Ctrl-C
     included) every running process is terminated, waited for, and the exception
     goes on.
     """
     if parallel < 1:
         raise ValueError(f"`parallel` must be >= 1. Received: parallel={parallel}")
-    waiting = collections.deque(jobs)
+    source = iter(jobs)
+    exhausted = False
     running = []
     outcomes = []
     previous_handler = _raise_on_sigterm()
     try:
-        while waiting or running:
-            while waiting and len(running) < parallel:
-                job = waiting.popleft()
+        while not exhausted or running:
+            idle = False
+            while not exhausted and len(running) < parallel:
+                job = next(source, _END)
+                if job is _END:
+                    exhausted = True
+                    break
+                if job is None:
+                    idle = True
+                    break
                 running.append(_Running(job))
                 if on_start:
                     on_start(job)
@@ -124,7 +138,7 @@ def run_jobs(jobs, parallel, on_start=None, on_finish=None):
                 outcomes.append(outcome)
                 if on_finish:
                     on_finish(outcome)
-            if running:
+            if running or idle:
                 time.sleep(POLL_SECONDS)
     except BaseException:
         for entry in running:

@@ -19,7 +19,16 @@ from opt_train.suggest import UnknownNameError
 GRID_OPTION = "--grid"
 OPTIONS = "options"
 
-BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats")
+BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study")
+# Optuna's samplers and pruners by the names users write (opt_train/sweep/study.py maps them).
+SAMPLERS = ("grid", "random", "tpe", "cmaes", "qmc")
+# Each pruner with the keyword arguments its Optuna class takes from `pruner: {name: {...}}`.
+PRUNERS = {
+    "none": (),
+    "median": ("n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"),
+    "asha": ("min_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count"),
+    "hyperband": ("min_resource", "max_resource", "reduction_factor", "bootstrap_count"),
+}
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
 MODES = ("min", "max")
 # Keys the sweep sets itself for every trial, so they cannot be swept.
@@ -48,6 +57,11 @@ class SweepSpec:
     metric: str = DEFAULT_METRIC
     mode: str = "min"
     repeats: int = 1
+    sampler: str = "grid"
+    pruner: str = "none"
+    pruner_params: dict = dataclasses.field(default_factory=dict)
+    storage: str | None = None
+    study: str | None = None
 
     @property
     def swept_keys(self):
@@ -65,6 +79,10 @@ class SweepOptions:
     repeats: int | None = None
     metric: str | None = None
     mode: str | None = None
+    sampler: str | None = None
+    pruner: str | None = None
+    storage: str | None = None
+    study: str | None = None
 
 
 class _Issues:
@@ -153,6 +171,10 @@ def build_spec(block, options=None, locate=None):
     mode = _mode(options.mode, block, metric, issues)
     _check_reserved(list(grid) + list(random), issues)
     _check_random_count(random, trials, options, issues)
+    sampler = _sampler(options.sampler, block, random, repeats, issues)
+    pruner, pruner_params = _pruner(options.pruner, block, issues)
+    storage = _text(options.storage, "--storage", block, "storage", issues)
+    study = _text(options.study, "--study", block, "study", issues)
     if not grid and not random and (repeats or 1) == 1 and not issues.found:
         issues.option(
             OPTIONS, "", "missing",
@@ -162,7 +184,8 @@ def build_spec(block, options=None, locate=None):
         raise ConfigError(issues.found)
     return SweepSpec(
         grid=grid, random=random, trials=trials, seed=seed or 0, metric=metric,
-        mode=mode, repeats=repeats or 1,
+        mode=mode, repeats=repeats or 1, sampler=sampler, pruner=pruner, pruner_params=pruner_params,
+        storage=storage, study=study,
     )
 
 
@@ -318,3 +341,67 @@ def _check_random_count(random, trials, options, issues):
             issues.option("--random", "", "missing", message, trials)
         else:
             issues.block("sweep.trials", "missing", message, trials)
+
+
+def _sampler(option_value, block, random, repeats, issues):
+    """The sampler's name: `grid` for a plain grid, `tpe` when there are ranges to draw from."""
+    name = option_value if option_value is not None else block.get("sampler")
+    where = "--sampler" if option_value is not None else "sweep.sampler"
+    report = issues.option if option_value is not None else None
+    default = "tpe" if random else "grid"
+    if name is None:
+        name = default
+    elif name not in SAMPLERS:
+        hint = closest(str(name), SAMPLERS)
+        message = f"unknown sampler; did you mean '{hint}'?" if hint else f"unknown sampler (valid: {', '.join(SAMPLERS)})"
+        _report(issues, report, where, "unknown_name", message, name)
+        return default
+    if name == "grid" and random:
+        _report(issues, report, where, "conflict", "the grid sampler cannot draw from sweep.random ranges; use random, tpe, cmaes or qmc", name)
+    if name != "grid" and random and (repeats or 1) > 1:
+        _report(issues, report, where, "conflict", "repeats need a grid: a sampler proposes each point once; raise sweep.trials instead", name)
+    return name
+
+
+def _pruner(option_value, block, issues):
+    """`(name, keyword arguments)` from `--pruner NAME` or `pruner: NAME` / `pruner: {NAME: {arg: value}}`."""
+    spec = option_value if option_value is not None else block.get("pruner", "none")
+    where = "--pruner" if option_value is not None else "sweep.pruner"
+    report = issues.option if option_value is not None else None
+    params = {}
+    if isinstance(spec, dict) and len(spec) == 1:
+        (spec, params), = spec.items()
+        params = {} if params is None else params
+    if not isinstance(spec, str) or not isinstance(params, dict):
+        _report(issues, report, where, "wrong_type", "must be a pruner name or {name: {argument: value}}", spec)
+        return "none", {}
+    if spec not in PRUNERS:
+        hint = closest(spec, PRUNERS)
+        message = f"unknown pruner; did you mean '{hint}'?" if hint else f"unknown pruner (valid: {', '.join(PRUNERS)})"
+        _report(issues, report, where, "unknown_name", message, spec)
+        return "none", {}
+    for key, value in params.items():
+        if key not in PRUNERS[spec]:
+            hint = closest(str(key), PRUNERS[spec])
+            suffix = f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(PRUNERS[spec]) or 'none'})"
+            _report(issues, report, f"{where}.{spec}.{key}", "unknown_key", f"unknown argument of the {spec} pruner{suffix}", value)
+        elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 0) and value != "auto":
+            _report(issues, report, f"{where}.{spec}.{key}", "wrong_type", "must be an integer >= 0", value)
+    return spec, dict(params)
+
+
+def _text(option_value, option_name, block, key, issues):
+    value = option_value if option_value is not None else block.get(key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        report = issues.option if option_value is not None else None
+        _report(issues, report, option_name if option_value is not None else f"sweep.{key}", "wrong_type", "must be a non-empty string", value)
+        return None
+    return value.strip() if value else None
+
+
+def _report(issues, option_report, where, code, message, value):
+    """A problem with a command-line option (`option_report`) or with the block key `where`."""
+    if option_report is not None:
+        option_report(where.split(".")[0], ".".join(where.split(".")[1:]), code, message, value)
+    else:
+        issues.block(where, code, message, value)

@@ -1,10 +1,12 @@
-"""A trial's state on disk: `trial.json` (ok / failed, reason, exit code, wall time) beside the run's `final_metrics.json`.
+"""A trial's state on disk: `trial.json` (ok / failed / pruned, reason, exit code, wall time) beside the run's
+`final_metrics.json`, and why a run stopped, from its own `metrics.jsonl` record.
 
 TF-free, so `--dry-run` can say which trials a re-run would skip.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -14,10 +16,15 @@ from opt_train.atomic import read_json
 STATUS_FILE = "trial.json"
 METRICS_FILE = "final_metrics.json"
 LOG_FILE = "train.log"
+RECORDS_FILE = "metrics.jsonl"
 
 OK = "ok"
 FAILED = "failed"
 PENDING = "pending"
+PRUNED = "pruned"
+RUNNING = "running"
+# A trial of an earlier base config: listed, never ranked or reported.
+STALE = "stale"
 # How much of the end of train.log is read to find why a trial failed.
 _LOG_TAIL_BYTES = 16384
 
@@ -44,31 +51,45 @@ def number(value):
     return value
 
 
-def trial_state(logdir):
-    """`(status, record)`: OK or FAILED with the stored `trial.json` record, or PENDING with None.
+def stop_record(logdir, key, start=0):
+    """The run's last `metrics.jsonl` record holding `key` ("stopped", "pruned", "interrupted") written after
+    byte `start`, or None."""
+    try:
+        with open(os.path.join(logdir, RECORDS_FILE), "rb") as handle:
+            handle.seek(start)
+            lines = handle.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a killed process
+        if isinstance(record, dict) and key in record:
+            return record
+    return None
 
-    A trial is finished when its `trial.json` says failed, or when its run wrote
-    `final_metrics.json` (even if it ran outside the sweep, from `--print-commands`).
-    """
-    record = read_json(os.path.join(logdir, STATUS_FILE))
-    metrics = final_metrics(logdir)
-    if record is not None and record.get("status") == FAILED:
-        return FAILED, record
-    if metrics is not None:
-        record = dict(record or {"status": OK, "reason": None, "exit_code": None, "wall_time": None})
-        record["status"] = OK
-        record["metrics"] = metrics
-        return OK, record
-    return PENDING, None
+
+def records_size(logdir):
+    """Bytes in the run's `metrics.jsonl` now (where the next attempt's records start)."""
+    try:
+        return os.path.getsize(os.path.join(logdir, RECORDS_FILE))
+    except OSError:
+        return 0
 
 
-def failure_reason(log_path, exit_code, start=0):
-    """Why a trial's process failed: its last `Error:` line, else the last line it wrote, else the exit code.
+def failure_reason(log_path, exit_code, start=0, logdir=None, records_start=0):
+    """Why a trial's process failed: the run's own `stopped` record when it wrote one (diverged, overflows),
+    else its log's last `Error:` line, else the last line it wrote, else the exit code.
 
-    Only what was written after byte `start` counts (the log is appended to by each attempt).
+    Only what was written after byte `start` of the log (`records_start` of metrics.jsonl) counts:
+    both are appended to by each attempt.
     """
     if exit_code is not None and exit_code < 0:
         return exit_description(exit_code)
+    stopped = stop_record(logdir, "stopped", records_start) if logdir else None
+    if stopped is not None:
+        return f"stopped at step {stopped.get('step')}: {stopped['stopped']}"
     lines = _log_tail(log_path, start)
     errors = [line for line in lines if line.startswith("Error:")]
     if errors:

@@ -22,3 +22,16 @@ class RunRefused(ValueError):
     The logdir holds another run, is busy, cannot be written, or a checkpoint given
     (or found) does not restore into this run.
     """
+
+
+class Pruned(Interrupted):
+    """A sweep's pruner stopped this trial at an evaluation; a checkpoint was saved there.
+
+    `exit_code` is 3, so the sweep records the trial as pruned rather than failed.
+    """
+
+    def __init__(self, message):
+        from opt_train.training.pruning import PRUNED_EXIT_CODE
+
+        RuntimeError.__init__(self, message)
+        self.exit_code = PRUNED_EXIT_CODE

@@ -12,8 +12,9 @@ import time
 import numpy as np
 
 from opt_train.atomic import read_json
-from opt_train.training.errors import Interrupted, TrainingFailed
+from opt_train.training.errors import Interrupted, Pruned, TrainingFailed
 from opt_train.training.interrupt import StopRequests
+from opt_train.training.pruning import trial_link
 
 # How often (in updates) the loop reads the pipeline's stop flag. Reading it is a
 # host sync; a skipped update changes no weight, so looking every few is enough.
@@ -106,6 +107,8 @@ class Session:
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if self.chief else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
+        # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py).
+        self.trial_link = trial_link()
         self.step = 0
         self.eval_results = {}
         self.last_figures = {}
@@ -180,6 +183,7 @@ class Session:
             paused = time.perf_counter()
             if config.eval_steps and self.step % config.eval_steps == 0:
                 self._evaluate()
+                self._stop_if_pruned()
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
                 self._save()
             # samples/s measures training: evaluation and saving time is left out.
@@ -339,6 +343,23 @@ class Session:
         if self.chief:
             self.reporter.record({"step": self.step, "interrupted": name})
         raise Interrupted(f"interrupted by {name} at step {self.step}: {saved}", signal_number)
+
+    def _stop_if_pruned(self):
+        """Asks the sweep's pruner after an evaluation; a pruned trial saves a checkpoint here and stops."""
+        if self.trial_link is None or self.step >= self.run.max_steps:
+            return
+        figures = {f"eval/{k}": v for k, v in self.eval_results.items()}
+        figures["train/loss"] = self.last_figures.get("loss")
+        pruned = int(self.chief and self.trial_link.should_stop(self.step, figures))
+        if self.run.backend.size > 1:
+            pruned = self.run.backend.allreduce_scalar(pruned, op="max")  # only rank 0 evaluates
+        if not pruned:
+            return
+        self._save()
+        self.run.backend.barrier()
+        if self.chief:
+            self.reporter.record({"step": self.step, "pruned": self.trial_link.metric})
+        raise Pruned(f"pruned at step {self.step}: {self.trial_link.metric} is behind the other trials")
 
     def _report(self, result):
         updates = self.step - self._interval_first

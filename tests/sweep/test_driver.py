@@ -1,38 +1,47 @@
-"""The sweep driver with a stand-in trainer (a tiny script): records, skipping, resuming, adopting, interrupts.
+"""The sweep driver on a real SQLite Optuna study with a stand-in trainer (a tiny script): records, skipping,
+resuming, adopting, interrupts, two workers, a killed driver.
 
 The real `opt-train train` path is covered by test_sweep_e2e.py; here each trial takes
 milliseconds, so every branch of the driver is cheap to reach.
 """
 
 import dataclasses
+import glob
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.plan import SweepPlan
-from tests.support import CONFIGS, read_json, read_jsonl
+from tests.support import CONFIGS, REPO, read_json, read_jsonl
 
 # Reads the trial's --set overrides; "diverges" above lr 1000, is "interrupted" at lr 13
-# (Ctrl-C: exit 130) and 14 (SIGTERM: exit 143),
-# "resumes" when its logdir already has a checkpoint.
+# (Ctrl-C: exit 130) and 14 (SIGTERM: exit 143) unless resumed, sleeps lr - 100 seconds
+# for lr in (100, 200), "resumes" when its logdir already has a checkpoint.
 FAKE_TRAINER = """
-import json, os, sys
+import json, os, sys, time
 sets = dict(a.split("=", 1) for a in sys.argv[sys.argv.index("train") + 1:] if "=" in a)
 logdir, lr = sets["logdir"], float(sets["optimizer_params.learning_rate"])
 os.makedirs(logdir, exist_ok=True)
 checkpoint = os.path.join(logdir, "ckpt")
-if os.path.exists(checkpoint):
+resumed = os.path.exists(checkpoint)
+if resumed:
     print("resumed from", checkpoint)
 open(checkpoint, "w").write("5")
-if lr in (13, 14):
+if 100 < lr < 200:
+    time.sleep(lr - 100)
+if lr in (13, 14) and not resumed:
     sys.exit({13: 130, 14: 143}[lr])
 if lr > 1000:
     print("step 10 loss nan")
-    print("Error: stopped at step 10: 3 consecutive non-finite steps", file=sys.stderr)
+    print("Error: stopped at step 10: 3 consecutive non-finite steps (the log's words)", file=sys.stderr)
+    open(os.path.join(logdir, "metrics.jsonl"), "a").write(json.dumps({"step": 10, "stopped": "3 consecutive non-finite steps"}) + "\\n")
     sys.exit(1)
 json.dump({"eval/accuracy": 1 - lr, "global_step": 5}, open(os.path.join(logdir, "final_metrics.json"), "w"))
 """
@@ -52,10 +61,10 @@ def make_plan(tmp_path):
     script.write_text(FAKE_TRAINER)
     config = str(CONFIGS / "default.yaml")
 
-    def make(rates, **options):
+    def make(rates, out="out", **options):
         base = load_config([config])
         grid = ("optimizer_params.learning_rate=" + ",".join(str(rate) for rate in rates),)
-        plan = plan_sweep([config], [], base, SweepOptions(grids=grid, metric="eval/accuracy", **options), tmp_path / "out")
+        plan = plan_sweep([config], [], base, SweepOptions(grids=grid, metric="eval/accuracy", **options), tmp_path / out)
         fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
         return FakePlan(**fields, script=str(script))
 
@@ -69,7 +78,7 @@ def test_records_ranks_and_skips_on_the_next_run(make_plan):
     statuses = {row["overrides"]["optimizer_params.learning_rate"]: row["status"] for row in result.rows}
     assert statuses == {0.5: "ok", 0.1: "ok", 5000.0: "failed"}
     failed = next(row for row in result.rows if row["status"] == "failed")
-    assert failed["reason"] == "stopped at step 10: 3 consecutive non-finite steps"
+    assert failed["reason"] == "stopped at step 10: 3 consecutive non-finite steps"  # the record, not the log
     assert read_json(os.path.join(failed["logdir"], "trial.json"))["exit_code"] == 1
     lines = result.table.splitlines()
     assert [line.split()[1] for line in lines[1:]] == ["0.1", "0.5", "5000"]
@@ -80,37 +89,46 @@ def test_records_ranks_and_skips_on_the_next_run(make_plan):
     again = run_sweep(plan, parallel=2, report=messages.append)
     assert again.table == result.table
     assert len(read_jsonl(os.path.join(plan.out, "results.jsonl"))) == 3
-    assert messages[-1] == "skipping 3 finished trials (2 ok, 1 failed)"
+    assert sum("started" in message for message in messages) == 3  # nothing ran again
+    assert "0 trials queued" in messages[-1]
 
 
-def test_unfinished_trials_rerun_and_failed_ones_only_on_request(make_plan):
+def test_failed_trials_rerun_only_on_request_in_their_own_folder(make_plan):
     plan = make_plan([0.5, 5000.0])
+    first = run_sweep(plan)
+    failed_dir = next(row["logdir"] for row in first.rows if row["status"] == "failed")
     run_sweep(plan)
-    ok_dir, failed_dir = (plan.logdir(trial) for trial in plan.trials)
-    os.remove(os.path.join(ok_dir, "final_metrics.json"))
-    os.remove(os.path.join(ok_dir, "trial.json"))
-    run_sweep(plan)
-    assert "resumed from" in open(os.path.join(ok_dir, "train.log")).read()
     assert "resumed from" not in open(os.path.join(failed_dir, "train.log")).read()
-    run_sweep(plan, retry_failed=True)
+    again = run_sweep(plan, retry_failed=True)
     assert "resumed from" in open(os.path.join(failed_dir, "train.log")).read()
+    assert len(again.rows) == 2  # the retry replaces the failed attempt in the table
+    assert len(read_jsonl(os.path.join(plan.out, "results.jsonl"))) == 3
 
 
-def test_an_interrupted_trial_stays_unfinished(make_plan):
+def test_an_interrupted_trial_stays_running_and_resumes_on_the_next_run(make_plan):
     plan = make_plan([13, 14, 0.5])
     result = run_sweep(plan)
-    assert [row["status"] for row in result.rows] == ["pending", "pending", "ok"]
-    for trial in plan.trials[:2]:
-        assert not os.path.exists(os.path.join(plan.logdir(trial), "trial.json"))
-    assert [r["trial"] for r in read_jsonl(os.path.join(plan.out, "results.jsonl"))] == [plan.trials[2].name]
+    assert sorted(row["status"] for row in result.rows) == ["ok", "running", "running"]
+    interrupted = [row["logdir"] for row in result.rows if row["status"] == "running"]
+    for logdir in interrupted:
+        assert not os.path.exists(os.path.join(logdir, "trial.json"))
+    assert len(read_jsonl(os.path.join(plan.out, "results.jsonl"))) == 1
+    again = run_sweep(plan)
+    assert [row["status"] for row in again.rows] == ["ok"] * 3
+    for logdir in interrupted:
+        assert "resumed from" in open(os.path.join(logdir, "train.log")).read()
 
 
 def test_trials_finished_outside_the_sweep_are_adopted(make_plan):
+    from opt_train.sweep import preview_trials
+
     plan = make_plan([0.25])
-    logdir = plan.logdir(plan.trials[0])
+    (trial,) = preview_trials(plan)  # what --print-commands names it
+    logdir = plan.logdir(trial)
     os.makedirs(logdir)
     with open(os.path.join(logdir, "final_metrics.json"), "w") as handle:
         json.dump({"eval/accuracy": 0.5, "global_step": 9}, handle)
+    open(os.path.join(logdir, "config.yaml"), "w").write("{}\n")
     result = run_sweep(plan)
     assert not os.path.exists(os.path.join(logdir, "train.log"))  # nothing was run
     (record,) = read_jsonl(os.path.join(plan.out, "results.jsonl"))
@@ -124,9 +142,158 @@ def test_every_trial_failing_is_reported(make_plan):
 
 def test_resolved_configs_are_written_before_trials_start(make_plan):
     plan = make_plan([0.125])
-    run_sweep(plan)
+    (row,) = run_sweep(plan).rows
     import yaml
 
-    resolved = yaml.safe_load(open(os.path.join(plan.logdir(plan.trials[0]), "config.yaml")))
+    resolved = yaml.safe_load(open(os.path.join(row["logdir"], "config.yaml")))
     assert resolved["optimizer_params"]["learning_rate"] == 0.125
-    assert resolved["logdir"] == plan.logdir(plan.trials[0])
+    assert resolved["logdir"] == row["logdir"]
+
+
+# A sweep worker in its own process, running the stand-in trainer: argv script config out rates parallel.
+DRIVER = """
+import dataclasses, sys
+from opt_train.config import load_config
+from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
+from opt_train.sweep.plan import SweepPlan
+
+script, config, out, rates, parallel, *study = sys.argv[1:]
+
+@dataclasses.dataclass(frozen=True)
+class FakePlan(SweepPlan):
+    script: str = ""
+
+    def command(self, trial, python=None):
+        return [sys.executable, self.script, *super().command(trial)[1:]]
+
+storage, name = study or (None, None)
+options = SweepOptions(grids=("optimizer_params.learning_rate=" + rates,), metric="eval/accuracy",
+                       storage=storage, study=name)
+plan = plan_sweep([config], [], load_config([config]), options, out)
+fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
+result = run_sweep(FakePlan(**fields, script=script), int(parallel), report=lambda text: print(text, flush=True))
+print(result.summary, flush=True)
+"""
+
+
+def start_worker(tmp_path, rates, parallel=1, study=(), **popen):
+    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+    argv = [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "fake_train.py"),
+            str(CONFIGS / "default.yaml"), str(tmp_path / "out"), ",".join(map(str, rates)), str(parallel), *study]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
+
+
+def study_trials(out, storage=None, name="out"):
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=storage or f"sqlite:///{out}/study.db")
+    return study.get_trials()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_two_workers_of_one_study_run_each_trial_once(tmp_path, database, request):
+    rates = [100.2 + index / 100 for index in range(6)]
+    storage = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    study = (storage, "shared") if storage else ()
+    workers = [start_worker(tmp_path, rates, parallel=2, study=study) for _ in range(2)]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    trials = study_trials(tmp_path / "out", storage, "shared" if storage else "out")
+    assert len(trials) == 6 and all(trial.state.name == "COMPLETE" for trial in trials)
+    records = read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert sorted(r["overrides"]["optimizer_params.learning_rate"] for r in records) == sorted(rates)
+    assert len({r["trial"] for r in records}) == 6
+    assert sum(output.count(" started: ") for output in outputs) == 6, outputs
+    for record in records:
+        assert open(os.path.join(record["logdir"], "train.log")).read().count("$ ") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_trials_too", [False, True])
+def test_a_driver_killed_with_sigkill_is_finished_by_the_next_run(tmp_path, kill_trials_too):
+    rates = [103.0, 0.5]
+    worker = start_worker(tmp_path, rates, start_new_session=True)
+    out = tmp_path / "out"
+    while not glob.glob(f"{out}/trial-*/ckpt"):  # the first trial is training
+        assert worker.poll() is None, worker.communicate()[0]
+        time.sleep(0.1)
+    if kill_trials_too:
+        os.killpg(worker.pid, signal.SIGKILL)
+    else:
+        os.kill(worker.pid, signal.SIGKILL)  # its trial goes on and finishes alone
+    worker.wait()
+    again = start_worker(tmp_path, rates)
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert sorted(trial.state.name for trial in study_trials(out)) == ["COMPLETE", "COMPLETE"]
+    records = read_jsonl(out / "results.jsonl")
+    assert sorted(r["overrides"]["optimizer_params.learning_rate"] for r in records) == sorted(rates)
+    first = next(r for r in records if r["overrides"]["optimizer_params.learning_rate"] == 103.0)
+    log = open(os.path.join(first["logdir"], "train.log")).read()
+    assert log.count("$ ") == (2 if kill_trials_too else 1)
+    assert ("resumed from" in log) == kill_trials_too
+
+
+def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
+    import optuna
+
+    from opt_train.sweep import preview_trials
+
+    config = str(CONFIGS / "default.yaml")
+    block = {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}}
+
+    def proposals(seed):
+        base = load_config([config])
+        options = SweepOptions(random_trials=4, seed=seed, sampler="tpe")
+        base = dataclasses.replace(base, sweep={"random": block})
+        plan = plan_sweep([config], [], base, options, "unused")
+        return [trial.values["optimizer_params.learning_rate"] for trial in preview_trials(plan)]
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=3))
+    expected = []
+    for _ in range(4):
+        trial = study.ask()
+        expected.append(trial.suggest_float("optimizer_params.learning_rate", 1e-4, 1e-1, log=True))
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert proposals(3) == expected
+    assert proposals(3) == proposals(3) != proposals(4)
+
+
+def test_a_changed_base_config_gives_new_trials_and_lists_the_old_ones_as_stale(make_plan):
+    plan = make_plan([0.5, 0.25])
+    first = run_sweep(plan)
+    changed = dataclasses.replace(plan, base_overrides=("max_steps=7",), base_digest="different")
+    second = run_sweep(changed)
+    assert sorted(row["status"] for row in second.rows) == ["ok", "ok", "stale", "stale"]
+    stale = {row["trial"] for row in second.rows if row["status"] == "stale"}
+    assert stale == {row["trial"] for row in first.rows}
+    assert all(not row["metrics"] for row in second.rows if row["status"] == "stale")
+    assert second.table.splitlines()[-1].split()[-1] == "stale"  # listed last, never ranked
+    assert not second.all_failed
+
+
+def test_parameter_importances_come_from_optuna_with_enough_finished_trials(make_plan):
+    plan = make_plan([0.5, 0.25, 0.125, 0.0625])
+    result = run_sweep(plan, parallel=2)
+    assert list(result.importances) == ["optimizer_params.learning_rate"]
+    assert result.importances["optimizer_params.learning_rate"] == pytest.approx(1.0)
+    assert make_plan([0.5, 0.25], out="small") and not run_sweep(make_plan([0.5, 0.25], out="small")).importances
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "cmaes", "qmc"])
+def test_every_sampler_proposes_values_inside_the_ranges(sampler):
+    from opt_train.sweep import preview_trials
+
+    config = str(CONFIGS / "default.yaml")
+    ranges = {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}, "iter_size": {"int_uniform": [1, 3]},
+              "optimizer": {"choice": ["Adam", "SGD"]}}
+    base = dataclasses.replace(load_config([config]), sweep={"random": ranges, "trials": 5, "sampler": sampler})
+    trials = preview_trials(plan_sweep([config], [], base, SweepOptions(), "unused"))
+    assert len(trials) == 5
+    for trial in trials:
+        values = trial.values
+        assert 1e-4 <= values["optimizer_params.learning_rate"] <= 1e-1
+        assert values["iter_size"] in (1, 2, 3) and values["optimizer"] in ("Adam", "SGD")

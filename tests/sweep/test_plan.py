@@ -1,15 +1,15 @@
-"""Sweep planning (TF-free): grid expansion, seeded random draws, repeats, stable trial names, option errors."""
+"""Sweep planning (TF-free): the sweep block and options, the queue of grid points / repeats / sampled slots,
+trial names from the resolved config, trial commands."""
 
 import itertools
-import math
 import os
 
 import pytest
-import yaml
 
-from opt_train.config import ConfigError, parse_override
-from opt_train.sweep.plan import SweepPlan, Trial, plan_trials, random_points, render, reuse_folders
-from opt_train.sweep.spec import Distribution, SweepOptions, build_spec, parse_grid_option, split_values
+from opt_train.config import ConfigError, load_config, parse_override
+from opt_train.sweep.plan import SweepPlan, Trial, check_points, config_digest, plan_queue, render
+from opt_train.sweep.spec import SweepOptions, build_spec, parse_grid_option, split_values
+from tests.support import CONFIGS
 
 
 def spec_from(block=None, **options):
@@ -108,113 +108,98 @@ def test_mode_defaults_to_min_for_losses_and_max_otherwise():
     assert spec_from(grids=("iter_size=1,2",), metric="eval/accuracy").mode == "max"
 
 
-# -- expansion ------------------------------------------------------------------
+# -- sampler, pruner, storage ------------------------------------------------------
+
+
+def test_sampler_defaults_to_grid_without_ranges_and_tpe_with_them():
+    assert spec_from(grids=("iter_size=1,2",)).sampler == "grid"
+    block = {"random": {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}}, "trials": 3}
+    assert spec_from(block).sampler == "tpe"
+    assert spec_from(block, sampler="cmaes").sampler == "cmaes"
+
+
+def test_sampler_and_pruner_problems_name_the_key():
+    block = {"random": {"lr": {"uniform": [0, 1]}}, "trials": 2, "sampler": "tpee", "pruner": {"median": {"n_startup": 2}}}
+    with pytest.raises(ConfigError) as error:
+        build_spec(block, SweepOptions(), locate=lambda key: ("s.yaml", 4))
+    found = {issue.key: issue for issue in error.value.issues}
+    assert found["sweep.sampler"].code == "unknown_name" and "did you mean 'tpe'" in found["sweep.sampler"].message
+    assert found["sweep.pruner.median.n_startup"].code == "unknown_key"
+    assert "n_startup_trials" in found["sweep.pruner.median.n_startup"].message
+
+
+def test_the_grid_sampler_cannot_draw_ranges_and_repeats_need_a_grid():
+    block = {"random": {"lr": {"uniform": [0, 1]}}, "trials": 2}
+    with pytest.raises(ConfigError) as error:
+        spec_from(block, sampler="grid")
+    assert codes(error) == ["conflict"]
+    with pytest.raises(ConfigError) as error:
+        spec_from(block, repeats=2)
+    assert codes(error) == ["conflict"]
+
+
+def test_pruner_by_name_or_with_arguments():
+    spec = spec_from({"grid": {"iter_size": [1, 2]}, "pruner": {"median": {"n_startup_trials": 2}}})
+    assert (spec.pruner, spec.pruner_params) == ("median", {"n_startup_trials": 2})
+    assert spec_from(grids=("iter_size=1,2",), pruner="asha").pruner == "asha"
+    assert spec_from(grids=("iter_size=1,2",)).pruner == "none"
+
+
+# -- the queue ------------------------------------------------------------------
 
 
 def test_grid_expands_to_the_cartesian_product_first_key_slowest():
     spec = spec_from(grids=("optimizer=Adam,SGD", "optimizer_params.learning_rate=0.1,0.01,0.001"))
-    trials = plan_trials(spec)
     expected = [
-        {"optimizer": name, "optimizer_params.learning_rate": lr}
+        (("optimizer", name), ("optimizer_params.learning_rate", lr))
         for name in ["Adam", "SGD"]
         for lr in [0.1, 0.01, 0.001]
     ]
-    assert [trial.values for trial in trials] == expected
-    assert [trial.ordinal for trial in trials] == [1, 2, 3, 4, 5, 6]
+    assert [entry.fixed for entry in plan_queue(spec)] == expected
 
 
 def test_repeats_run_each_point_with_consecutive_seeds_from_the_base_seed():
-    spec = spec_from(grids=("optimizer=Adam,SGD",), repeats=3)
-    trials = plan_trials(spec, base_seed=10)
-    assert [(t.values["optimizer"], t.values["random_seed"], t.repeat) for t in trials] == [
+    queue = plan_queue(spec_from(grids=("optimizer=Adam,SGD",), repeats=3), base_seed=10)
+    assert [(dict(e.fixed)["optimizer"], dict(e.fixed)["random_seed"], e.repeat) for e in queue] == [
         ("Adam", 10, 0), ("Adam", 11, 1), ("Adam", 12, 2), ("SGD", 10, 0), ("SGD", 11, 1), ("SGD", 12, 2),
     ]
 
 
 def test_repeats_around_a_swept_random_seed():
-    trials = plan_trials(spec_from(grids=("random_seed=100,200",), repeats=2), base_seed=0)
-    assert [t.values["random_seed"] for t in trials] == [100, 101, 200, 201]
+    queue = plan_queue(spec_from(grids=("random_seed=100,200",), repeats=2), base_seed=0)
+    assert [dict(e.fixed)["random_seed"] for e in queue] == [100, 101, 200, 201]
 
 
 def test_repeats_alone_are_a_sweep_of_seeds():
-    trials = plan_trials(spec_from(repeats=3), base_seed=4)
-    assert [t.overrides() for t in trials] == [["random_seed=4"], ["random_seed=5"], ["random_seed=6"]]
+    queue = plan_queue(spec_from(repeats=3), base_seed=4)
+    assert [e.fixed for e in queue] == [(("random_seed", 4),), (("random_seed", 5),), (("random_seed", 6),)]
 
 
-def test_random_draws_are_seeded_and_crossed_with_the_grid():
-    block = {"grid": {"optimizer": ["Adam", "SGD"]}, "random": {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}}}
-    first = plan_trials(spec_from(block, random_trials=3, seed=7))
-    again = plan_trials(spec_from(block, random_trials=3, seed=7))
-    other = plan_trials(spec_from(block, random_trials=3, seed=8))
-    assert [t.values for t in first] == [t.values for t in again]
-    assert [t.values for t in first] != [t.values for t in other]
-    assert len(first) == 6
-    rates = [t.values["optimizer_params.learning_rate"] for t in first]
-    assert rates[:3] == rates[3:]  # the same draws for each grid point
-    assert [t.values["optimizer"] for t in first] == ["Adam"] * 3 + ["SGD"] * 3
-
-
-def test_log_uniform_draws_stay_in_bounds_and_are_uniform_in_log_space():
-    low, high = 1e-4, 1e-1
-    draws = [point[0][1] for point in random_points({"lr": Distribution("log_uniform", (low, high))}, 4000, 0)]
-    assert all(low <= value <= high for value in draws)
-    logs = [math.log(value) for value in draws]
-    # Uniform in log space: the mean log is the midpoint and each decade holds a third.
-    assert abs(sum(logs) / len(logs) - (math.log(low) + math.log(high)) / 2) < 0.1
-    for decade_low in (1e-4, 1e-3, 1e-2):
-        share = sum(decade_low <= value < decade_low * 10 for value in draws) / len(draws)
-        assert abs(share - 1 / 3) < 0.04, (decade_low, share)
-
-
-def test_uniform_int_uniform_and_choice_draws():
-    ranges = {
-        "u": Distribution("uniform", (0.5, 0.9)),
-        "i": Distribution("int_uniform", (1, 3)),
-        "c": Distribution("choice", ("Adam", [64, 32])),
-    }
-    points = [dict(point) for point in random_points(ranges, 500, 3)]
-    assert all(0.5 <= p["u"] <= 0.9 for p in points)
-    assert sum(p["u"] < 0.7 for p in points) / 500 == pytest.approx(0.5, abs=0.08)
-    assert {p["i"] for p in points} == {1, 2, 3}
-    assert {yaml.safe_dump(p["c"]) for p in points} == {yaml.safe_dump("Adam"), yaml.safe_dump([64, 32])}
+def test_sampled_slots_are_crossed_with_the_grid_and_configs_are_checked_at_the_range_ends():
+    block = {"grid": {"optimizer": ["Adam", "SGD"]},
+             "random": {"optimizer_params.learning_rate": {"log_uniform": [1e-4, 1e-1]}, "batch_size_per_gpu": {"choice": [32, 64]}}}
+    spec = spec_from(block, random_trials=3)
+    queue = plan_queue(spec)
+    assert [e.fixed for e in queue] == [(("optimizer", "Adam"),)] * 3 + [(("optimizer", "SGD"),)] * 3
+    checked = [dict(point) for point in check_points(spec, queue)]
+    assert {"optimizer": "Adam", "optimizer_params.learning_rate": 1e-4, "batch_size_per_gpu": 32} in checked
+    assert {"optimizer": "SGD", "optimizer_params.learning_rate": 1e-1, "batch_size_per_gpu": 64} in checked
+    assert len(checked) == 2 * 3  # low ends, high ends, the other choice; each per grid point
 
 
 # -- names and overrides ---------------------------------------------------------
 
 
-def test_trial_names_are_stable_and_independent_of_key_order():
-    forward = plan_trials(spec_from(grids=("optimizer=Adam,SGD", "iter_size=1,2")))
-    backward = plan_trials(spec_from(grids=("iter_size=1,2", "optimizer=Adam,SGD")))
-    assert [t.name for t in forward] == [t.name for t in plan_trials(spec_from(grids=("optimizer=Adam,SGD", "iter_size=1,2")))]
-    assert {t.digest for t in forward} == {t.digest for t in backward}
-    assert len({t.digest for t in forward}) == 4
-    assert forward[0].name.startswith("trial-001-") and len(forward[0].digest) == 8
-
-
-def test_the_same_value_typed_differently_keeps_its_name_and_repeats_get_their_own():
-    one = plan_trials(spec_from(grids=("optimizer_params.learning_rate=0.10",)))[0]
-    two = plan_trials(spec_from(grids=("optimizer_params.learning_rate=1.0e-1",)))[0]
-    assert one.digest == two.digest
-    repeated = plan_trials(spec_from(grids=("optimizer_params.learning_rate=0.1",), repeats=2))
-    assert repeated[0].digest == one.digest  # repeat 0 is the un-repeated run
-    assert repeated[1].digest != one.digest
-
-
-def test_finished_folders_are_found_again_when_ordinals_move(tmp_path):
-    before = plan_trials(spec_from(grids=("optimizer_params.learning_rate=0.1,0.01",)))
-    (tmp_path / before[1].name).mkdir()
-    after = reuse_folders(plan_trials(spec_from(grids=("optimizer_params.learning_rate=0.3,0.1,0.01",))), tmp_path)
-    assert after[2].name == before[1].name  # 0.01 keeps trial-002's folder
-    assert after[1].name.startswith("trial-002-")
-
-
-def test_a_point_listed_twice_is_two_trials_with_their_own_folders(tmp_path):
-    trials = plan_trials(spec_from(grids=("optimizer_params.learning_rate=0.1,0.1,0.01",)))
-    assert len({trial.digest for trial in trials}) == 3
-    for trial in trials:
-        (tmp_path / trial.name).mkdir()
-    again = reuse_folders(plan_trials(spec_from(grids=("optimizer_params.learning_rate=0.1,0.1,0.01",))), tmp_path)
-    assert [trial.name for trial in again] == [trial.name for trial in trials]
+def test_a_trials_name_is_its_number_and_the_digest_of_its_resolved_config():
+    default = str(CONFIGS / "default.yaml")
+    one = load_config([default], ["optimizer_params.learning_rate=0.10", "logdir=a"])
+    two = load_config([default], ["optimizer_params.learning_rate=1.0e-1", "logdir=b"])
+    other = load_config([default], ["optimizer_params.learning_rate=0.1", "max_steps=7"])
+    assert config_digest(one) == config_digest(two)  # the logdir is not part of what a trial trains
+    assert config_digest(one) != config_digest(other)
+    trial = Trial(number=4, point=(("optimizer", "SGD"),), digest=config_digest(one))
+    assert trial.name == f"trial-004-{config_digest(one)}"
+    assert Trial(number=4, point=(), folder="trial-001-abcdef12").name == "trial-001-abcdef12"
 
 
 @pytest.mark.parametrize("value", ["Adam", 0.1, 1e6, 3e-5, [64, 32], {"a": 1}, True, None, "null", "x: y", "/a b/c"])
@@ -224,8 +209,8 @@ def test_rendered_overrides_read_back_through_the_config_parser(value):
 
 
 def test_trial_commands_run_train_with_base_and_trial_overrides_and_logdir():
-    trial = Trial(ordinal=2, point=(("optimizer", "SGD"),))
-    plan = SweepPlan(trials=(trial,), spec=None, configs=("a.yaml", "b.yaml"), base_overrides=("max_steps=5",), out="out dir")
+    trial = Trial(number=2, point=(("optimizer", "SGD"),), digest="0123abcd")
+    plan = SweepPlan(spec=None, configs=("a.yaml", "b.yaml"), base_overrides=("max_steps=5",), out="out dir")
     argv = plan.command(trial, python="py")
     assert argv[:4] == ["py", "-m", "opt_train", "train"]
     assert argv[4:] == [
@@ -235,8 +220,16 @@ def test_trial_commands_run_train_with_base_and_trial_overrides_and_logdir():
     assert plan.shell_command(trial).endswith(f"'logdir=out dir/{trial.name}'")
 
 
+def test_with_np_every_trial_runs_under_horovodrun_with_gloo():
+    trial = Trial(number=0, point=(), digest="0123abcd")
+    plan = SweepPlan(spec=None, configs=("a.yaml",), base_overrides=(), out="o", np=2)
+    argv = plan.command(trial, python="py")
+    assert argv[:7] == ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "py"]
+    assert argv[-4:] == ["--set", "use_horovod=true", "--set", f"logdir={os.path.join('o', trial.name)}"]
+
+
 def test_grid_product_matches_itertools_for_three_keys():
     spec = spec_from(grids=("a=1,2", "b=x,y,z", "c=[1],[2]"))
-    assert [tuple(t.values.values()) for t in plan_trials(spec)] == list(
+    assert [tuple(dict(e.fixed).values()) for e in plan_queue(spec)] == list(
         itertools.product([1, 2], ["x", "y", "z"], [[1], [2]])
     )

@@ -1,12 +1,11 @@
-"""Sweep results (TF-free): trial state on disk, failure reasons, results.jsonl and the ranked table."""
+"""Sweep results (TF-free): failure reasons, results.jsonl and the ranked table."""
 
 import json
 import signal
 
 from opt_train.sweep.plan import Trial
 from opt_train.sweep.results import append_result, format_table, make_record, sort_rows
-from opt_train.atomic import write_json
-from opt_train.sweep.status import FAILED, OK, PENDING, failure_reason, trial_state
+from opt_train.sweep.status import FAILED, OK, PENDING, failure_reason
 from tests.support import read_jsonl
 
 
@@ -41,20 +40,24 @@ def test_table_columns_align_and_failed_trials_show_their_reason_last():
     assert len(starts) == 1  # the metric column starts at the same place on every line
 
 
-def test_trial_state_reads_ok_failed_and_pending(tmp_path):
-    assert trial_state(tmp_path) == (PENDING, None)
-    write_json(str(tmp_path / "final_metrics.json"), {"eval/accuracy": 0.9, "train/loss": "nan"})
-    status, record = trial_state(tmp_path)
-    assert status == OK and record["metrics"]["eval/accuracy"] == 0.9
-    assert record["metrics"]["train/loss"] != record["metrics"]["train/loss"]  # "nan" read back as NaN
-    (tmp_path / "final_metrics.json").unlink()
-    write_json(str(tmp_path / "trial.json"), {"status": FAILED, "reason": "boom"})
-    assert trial_state(tmp_path) == (FAILED, {"status": FAILED, "reason": "boom"})
+def test_failure_reason_is_the_runs_own_stopped_record_of_this_attempt(tmp_path):
+    records = tmp_path / "metrics.jsonl"
+    records.write_text('{"step": 10, "stopped": "old attempt"}\n')
+    start = records.stat().st_size
+    with open(records, "a") as handle:
+        handle.write('{"step": 20, "loss": 2.0}\n{"step": 30, "stopped": "3 consecutive non-finite updates"}\n')
+    log = tmp_path / "train.log"
+    log.write_text("Error: stopped at step 30: 3 consecutive non-finite updates (and more words)\n")
+    assert failure_reason(log, 1, 0, str(tmp_path), start) == "stopped at step 30: 3 consecutive non-finite updates"
+    assert failure_reason(log, 1, 0, str(tmp_path), records.stat().st_size).startswith("stopped at step 30: 3 consecutive non-finite updates (and")
 
 
-def test_an_ok_status_without_final_metrics_is_unfinished(tmp_path):
-    write_json(str(tmp_path / "trial.json"), {"status": OK})
-    assert trial_state(tmp_path)[0] == PENDING
+def test_pruned_trials_rank_after_ok_ones_and_show_the_step_they_reached():
+    rows = ROWS + [{"trial": "t7", "status": "pruned", "reason": "stopped at step 20", "overrides": {"lr": 1e-7},
+                    "metrics": {"eval/accuracy": 0.1, "global_step": 20}}]
+    lines = format_table(rows, ["lr"], "eval/accuracy", "max").splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["t4", "t6", "t1", "t5", "t7", "t2", "t3"]
+    assert lines[5].endswith("pruned: stopped at step 20")
 
 
 def test_failure_reason_is_the_last_error_line_of_this_attempt(tmp_path):
@@ -72,7 +75,7 @@ def test_failure_reason_is_the_last_error_line_of_this_attempt(tmp_path):
 
 
 def test_results_jsonl_gets_one_line_per_record_with_overrides_and_metrics(tmp_path):
-    trial = Trial(ordinal=1, point=(("optimizer", "SGD"),), repeat=1, seed=8)
+    trial = Trial(number=1, point=(("optimizer", "SGD"), ("random_seed", 8)), digest="0123abcd", repeat=1)
     record = make_record(trial, "logs/x", OK, exit_code=0, wall_time=1.23456, metrics={"eval/loss": float("inf")})
     append_result(str(tmp_path), record)
     append_result(str(tmp_path), record)

@@ -77,24 +77,16 @@ def test_grid_sweep_ranks_records_failure_and_resumes(tmp_path):
     for record in records:
         assert glob.glob(os.path.join(record["logdir"], "events.out.tfevents.*"))
 
-    # Resume: finished trials (ok and failed) are skipped; an unfinished one resumes from its checkpoint.
-    unfinished = ok_by_accuracy[-1]["logdir"]
-    os.remove(os.path.join(unfinished, "final_metrics.json"))
-    os.remove(os.path.join(unfinished, "trial.json"))
+    # Re-running: the study remembers every trial, so nothing runs again. (Replaced on purpose:
+    # deleting a trial's final_metrics.json no longer makes it unfinished; the study is the
+    # record. Resuming a trial left running is covered in test_driver.py.)
     before = logs(out)
     second = sweep(out, *grid)
     assert second.returncode == 0, second.stderr[-3000:]
-    after = logs(out)
-    resumed_log = os.path.join(unfinished, "train.log")
-    for path, state in before.items():
-        if path != resumed_log:
-            assert after[path] == state, f"{path} was run again"
-    new_text = after[resumed_log][1][len(before[resumed_log][1]):]
-    assert "resumed from" in new_text
-    assert os.path.exists(os.path.join(unfinished, "final_metrics.json"))
-    assert len(read_jsonl(out / "results.jsonl")) == 4
+    assert logs(out) == before
+    assert len(read_jsonl(out / "results.jsonl")) == 3
     assert [row.split()[0] for row in table_rows(second.stdout)] == [row.split()[0] for row in rows]
-    assert "skipping 2 finished trials" in second.stderr
+    assert "0 trials queued" in second.stderr
 
 
 def test_a_sweep_where_every_trial_fails_exits_1(tmp_path):
@@ -103,3 +95,42 @@ def test_a_sweep_where_every_trial_fails_exits_1(tmp_path):
     assert "every trial failed" in done.stderr
     (record,) = read_jsonl(tmp_path / "sweep" / "results.jsonl")
     assert record["status"] == "failed" and record["reason"].startswith("stopped at step")
+
+
+def test_a_median_pruner_stops_a_clearly_bad_trial_at_an_evaluation(tmp_path):
+    out = tmp_path / "sweep"
+    block = tmp_path / "prune.yaml"
+    # Two good rates finish first (parallel 1 runs the queue in order); lr 1e-7 barely moves.
+    block.write_text(
+        "sweep:\n"
+        "  grid: {optimizer_params.learning_rate: [0.5, 0.3, 1.0e-7]}\n"
+        "  pruner: {median: {n_startup_trials: 2}}\n"
+    )
+    command = [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "default.yaml"), "-c", str(block),
+               *SHORT, "--set", "eval_steps=10", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = {r["overrides"]["optimizer_params.learning_rate"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert [records[rate]["status"] for rate in (0.5, 0.3)] == ["ok", "ok"]
+    pruned = records[1e-7]
+    assert pruned["status"] == "pruned" and pruned["exit_code"] == 3
+    step = pruned["metrics"]["global_step"]
+    assert step < 40 and step % 10 == 0
+    assert pruned["metrics"]["eval/accuracy"] < min(records[rate]["metrics"]["eval/accuracy"] for rate in (0.5, 0.3))
+    assert not os.path.exists(os.path.join(pruned["logdir"], "final_metrics.json"))
+    import tensorflow as tf
+
+    assert tf.train.latest_checkpoint(os.path.join(pruned["logdir"], "checkpoints")).endswith(f"-{step}")
+    row = next(line for line in table_rows(done.stdout) if line.startswith(pruned["trial"]))
+    assert row.endswith(f"pruned: stopped at step {step}")
+
+    import optuna
+
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out}/study.db")
+    states = {trial.params["optimizer_params.learning_rate"]: trial.state.name for trial in study.trials}
+    assert states == {0.5: "COMPLETE", 0.3: "COMPLETE", 1e-7: "PRUNED"}
+
+    status = subprocess.run(command + ["--status"], capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "3 trials: 2 ok, 1 pruned" in status.stdout
+    assert "best: " in status.stdout
