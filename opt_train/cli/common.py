@@ -56,9 +56,31 @@ def config_options(function):
 
 
 def load(configs, overrides):
-    """The validated config, or exit 2 with every problem listed."""
+    """The validated config, or exit 2 with every problem listed; notes on foreign keys go to stderr."""
     with user_errors():
-        return load_config(list(configs), list(overrides))
+        config = load_config(list(configs), list(overrides))
+    for note in config.notes:
+        click.echo(f"note: {note}", err=True)
+    return config
+
+
+def launcher_world_size():
+    """Processes the launcher started (horovodrun / mpirun), or None outside one; no TensorFlow."""
+    for variable in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(variable, "").isdigit():
+            return int(os.environ[variable])
+    return None
+
+
+def check_num_gpus(config, world_size=None):
+    """OpenSeq2Seq's `num_gpus` against the processes this run has: exit 2 naming the fix."""
+    from opt_train.config.compat import launcher_issues
+
+    launched = launcher_world_size()
+    size = world_size or launched or 1
+    issues = launcher_issues(config, size, launched is not None)
+    if issues:
+        raise ConfigUsageError(str(ConfigError(issues)))
 
 
 @contextlib.contextmanager

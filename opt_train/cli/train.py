@@ -2,7 +2,7 @@
 
 import click
 
-from opt_train.cli.common import config_options, import_tensorflow, load, user_errors
+from opt_train.cli.common import check_num_gpus, config_options, import_tensorflow, load, user_errors
 
 
 @click.command()
@@ -16,6 +16,7 @@ from opt_train.cli.common import config_options, import_tensorflow, load, user_e
 def train(configs, overrides, no_resume, benchmark):
     """Train the model a config describes; resumes from logdir's latest checkpoint."""
     config = load(configs, overrides)
+    check_num_gpus(config)
     import_tensorflow()
     with user_errors():
         from opt_train.training import train as run_training

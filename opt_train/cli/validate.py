@@ -3,7 +3,7 @@
 import click
 import yaml
 
-from opt_train.cli.common import config_options, load
+from opt_train.cli.common import check_num_gpus, config_options, load
 from opt_train.config import derived
 
 
@@ -19,6 +19,7 @@ from opt_train.config import derived
 def validate(configs, overrides, world_size):
     """Check a config and print the effective config and derived figures."""
     config = load(configs, overrides)
+    check_num_gpus(config, world_size)
     figures = derived(config, world_size=world_size or _launcher_world_size())
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
     click.echo("# derived")

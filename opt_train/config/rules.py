@@ -145,7 +145,10 @@ def unknown_name(error):
 
 def unknown_key(name, known):
     """`unknown key; did you mean 'logdir'?` for a key that no schema has."""
-    suggestion = closest(str(name), known)
+    from opt_train.config.compat import synonym
+
+    # Another tool's name for the key (`lr`) before the nearest spelling (`logdir`).
+    suggestion = synonym(name, known) or closest(str(name), known)
     if suggestion:
         hint = f"; did you mean '{suggestion}'?"
     elif len(known) <= 12:

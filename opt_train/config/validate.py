@@ -7,14 +7,15 @@ raised one at a time: the loader raises them together.
 
 from __future__ import annotations
 
-from opt_train.config import registries, rules
+from opt_train.config import compat, registries, rules
 from opt_train.config.issues import OVERRIDE_FILE, ConfigIssue, RuleError, RuleErrors
 from opt_train.config.schema import FIELD_NAMES, LarcParams, TrainConfig, locate
 from opt_train.optimizers import names
 
-REGULARIZERS = ("l1", "l2", "l1_l2")
+# tf1_l2: TF1's l2_regularizer, scale * sum(w^2) / 2 (OpenSeq2Seq's configs name it).
+REGULARIZERS = ("l1", "l2", "l1_l2", "tf1_l2")
 # `scale` with l1_l2 is the default for both of `l1` and `l2` (OpenSeq2Seq's one knob).
-REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2")}
+REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2"), "tf1_l2": ("scale",)}
 
 
 # -- field rules -------------------------------------------------------------
@@ -127,6 +128,13 @@ FIELD_RULES = {
     "random_seed": rules.require_int,
     "jit_compile": rules.require_bool,
     "sweep": rules.optional(rules.require_dict),
+    # OpenSeq2Seq keys (compat.py has already translated their TF1 spellings).
+    "num_gpus": rules.optional(rules.int_at_least_1),
+    "print_samples_steps": rules.optional(rules.int_at_least_1),
+    "bench_start": rules.optional(rules.both(rules.require_int, rules.at_least(0))),
+    "load_model": rules.optional(rules.require_str),
+    "initializer": rules.optional(rules.one_of("initializer", compat.KERAS_INITIALIZERS, lower=True)),
+    "initializer_params": rules.require_dict,
 }
 
 

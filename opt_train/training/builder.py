@@ -33,6 +33,7 @@ def build_run(config, backend, *, with_train_op=True):
     """Builds the run; a bad parameter found here is a ConfigError at its YAML line."""
     from opt_train.models import build_model
     from opt_train.optimizers.mixed_precision import dtype_policy_name
+    from opt_train.training.compat import apply_initializer
 
     keras.utils.set_random_seed(config.random_seed)
     keras.mixed_precision.set_dtype_policy(dtype_policy_name(config.dtype))
@@ -42,6 +43,8 @@ def build_run(config, backend, *, with_train_op=True):
         model = build_model(
             config.model, dict(config.model_params), data.task, regularizer=_regularizer(config)
         )
+    with _config_key(config, "initializer_params"):
+        apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
     max_steps, updates_per_epoch = run_length(config, data)
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None)
     if with_train_op:
@@ -82,6 +85,10 @@ def _regularizer(config):
         return keras.regularizers.L1(scale)
     if config.regularizer == "l2":
         return keras.regularizers.L2(scale)
+    if config.regularizer == "tf1_l2":
+        from opt_train.training.compat import tf1_l2
+
+        return tf1_l2(scale)
     return keras.regularizers.L1L2(l1=params.get("l1", scale), l2=params.get("l2", scale))
 
 

@@ -95,6 +95,10 @@ class Session:
             os.makedirs(config.logdir, exist_ok=True)
             config.dump(os.path.join(config.logdir, "config.yaml"))
         restored = self.checkpoints.restore() if resume else None
+        if not restored and config.load_model:
+            from opt_train.training.compat import warm_start_run
+
+            warm_start_run(config, self.run.model, self.progress.message)
         # Every rank starts from rank 0's weights and optimizer state, fresh or resumed.
         self.run.backend.broadcast_variables(
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
@@ -301,7 +305,9 @@ class _Benchmark:
 
     def __init__(self, run):
         self.run = run
-        self.warmup = min(10, max(1, run.max_steps // 5))
+        # OpenSeq2Seq's bench_start when the config gives it.
+        bench_start = getattr(run.config, "bench_start", None)
+        self.warmup = bench_start if bench_start is not None else min(10, max(1, run.max_steps // 5))
         self.start_time = None
         self.start_step = None
         self.end_time = None
