@@ -9,7 +9,8 @@ import yaml
 
 from opt_train.config import ConfigError, LarcParams, TrainConfig, derived, load_config
 
-# The defaults as the issue's schema lists them (the reference for TrainConfig's).
+# The defaults as the issue's schema lists them (the reference for TrainConfig's);
+# num_checkpoints and summaries are OpenSeq2Seq's (issue 17).
 SPEC_DEFAULTS = {
     "model": "mlp", "model_params": {}, "data": "digits", "data_params": {},
     "batch_size_per_gpu": 32, "eval_batch_size": None, "num_epochs": None,
@@ -17,8 +18,8 @@ SPEC_DEFAULTS = {
     "warmup": None, "dtype": "float32", "loss_scaling": 1.0, "loss_scaling_params": {},
     "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False,
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
-    "freeze_variables_regex": None, "summaries": [], "save_checkpoint_steps": 500,
-    "num_checkpoints": 3, "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
+    "freeze_variables_regex": None, "save_checkpoint_steps": 500,
+    "summaries": ["learning_rate", "global_gradient_norm", "loss_scale"], "num_checkpoints": 5, "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
     "random_seed": 0, "jit_compile": False, "sweep": None,
 }
 
