@@ -296,7 +296,8 @@ def _scalars(result):
     for name, value in _without_flags(result).items():
         value = np.asarray(value)
         if value.size == 1:
-            figures[name] = float(value)
+            # .item(): a one-element variable (a 1-unit layer's bias) is shape (1,), not a scalar.
+            figures[name] = float(value.item())
     return figures
 
 
