@@ -221,9 +221,19 @@ def optimizer_block(step):
         params[key] = value
         step.relocate(f"optimizer.{key}", f"optimizer_params.{key}")
     step.locations.pop("optimizer.class", None)
-    step.data["optimizer"] = name
+    step.data["optimizer"] = resolved(name)
     if params:
         step.data["optimizer_params"] = params
+
+
+def resolved(name):
+    """The optimizer registry's display name for `name`, or `name` for the validator to report."""
+    from opt_train.optimizers import registry
+
+    try:
+        return registry.resolve(name)
+    except ValueError:
+        return name
 
 
 def learning_rate_in_policy(step):

@@ -231,7 +231,7 @@ class Reader:
         return Opaque(self.text(node))
 
     def binary(self, op, left, right, node):
-        if isinstance(left, Opaque) or isinstance(right, Opaque) or type(op) not in _BINARY:
+        if not is_plain(left) or not is_plain(right) or type(op) not in _BINARY:
             return Opaque(self.text(node))
         if isinstance(left, Symbol) or isinstance(right, Symbol):
             return Opaque(self.text(node))

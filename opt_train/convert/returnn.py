@@ -57,6 +57,9 @@ HOUSEKEEPING = {"task", "model_dir", "multiprocessing", "update_on_device", "cac
 def convert_returnn(path):
     names, lines = read_config(path)
     settings = {key: value for key, value in names.items() if not isinstance(value, Symbol) and not key.startswith("_")}
+    if isinstance(settings.get("config"), dict):
+        # RETURNN-as-a-framework scripts write the whole config as `config = dict(...)`.
+        settings = {**{k: v for k, v in settings.items() if k != "config"}, **settings["config"]}
     if not any(key in settings for key in ("network", "learning_rate", "optimizer", "train", "num_epochs")):
         raise PyConfigError(path, 1, "none of network, train, learning_rate, optimizer, num_epochs: not a RETURNN config")
     result = Conversion(source=path, kind="returnn")
@@ -112,6 +115,9 @@ def convert_returnn(path):
             result.drop("optimizer_params", shown(optimizer_params), "needs the config to run to be known")
     data.setdefault("optimizer", "GradientDescent")  # RETURNN's optimizer when none is switched on
     finish(result)
+    if data.get("optimizer") == "Nadam":
+        result.notes.append("optimizer nadam: opt-train's Nadam is Keras' (Dozat's momentum schedule); "
+                            "RETURNN's TF backend used TF1's NadamOptimizer, whose schedule differs")
     return result
 
 

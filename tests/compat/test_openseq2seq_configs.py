@@ -8,6 +8,7 @@ import yaml
 
 from opt_train.config import load_config
 from opt_train.convert import convert
+from tests.compat.runs import train_two_updates
 
 HERE = pathlib.Path(__file__).parent / "openseq2seq"
 CONFIGS = sorted(path.stem for path in HERE.glob("*.yaml"))
@@ -64,29 +65,11 @@ def test_convert_lists_what_it_could_not_carry():
 QUICK = ("text2text__transformer-big", "text2speech__tacotron_float")
 
 
-def train_two_updates(path, logdir):
-    """Two updates of the literal config, its own length and schedule kept (a Session run to step 2)."""
-    from opt_train.distributed import get_backend
-    from opt_train.training.builder import build_run
-    from opt_train.training.loop import Session
-
-    overrides = [f"logdir={logdir}", "use_horovod=false", "num_gpus=null", "batch_size_per_gpu=8",
-                 "eval_batch_size_per_gpu=16", "save_summaries_steps=1", "print_loss_steps=1"]
-    config = load_config([path], overrides)
-    session = Session(build_run(config, get_backend(False)))
-    try:
-        session.start(resume=False)
-        session.loop(until=2)
-        return config, session.finish()
-    finally:
-        session.close()
-
-
 @pytest.mark.parametrize(
     "name", [name if name in QUICK else pytest.param(name, marks=pytest.mark.slow) for name in CONFIGS]
 )
 def test_literal_config_trains(name, tmp_path):
-    config, final = train_two_updates(HERE / f"{name}.yaml", tmp_path / "run")
+    config, final = train_two_updates([HERE / f"{name}.yaml"], tmp_path / "run", ["eval_batch_size_per_gpu=16"])
     assert final["global_step"] == 2
     assert math.isfinite(final["train/loss"])
     # OpenSeq2Seq's summaries, default or listed, reached TensorBoard's event file.
