@@ -172,7 +172,6 @@ class Pass:
             return
         value = self.data.pop(old)
         if new in self.data and self.data[new] != value:
-            self.data[old] = value  # keep it, so the conflict is visible where it stands
             self.issue(old, "conflict", f"is {new} (OpenSeq2Seq's name); both are given and differ. "
                        f"{new} is {self.data[new]!r}; set one", value)
             return
@@ -248,7 +247,6 @@ def learning_rate_in_policy(step):
         return  # the validator reports optimizer_params' type
     rate = policy.pop("learning_rate")
     if "learning_rate" in optimizer and not same_number(optimizer["learning_rate"], rate):
-        policy["learning_rate"] = rate
         step.issue(
             "lr_policy_params.learning_rate", "conflict",
             "is the base rate optimizer_params.learning_rate, which is "
