@@ -197,6 +197,8 @@ def apply(data, locations):
     regularizer_spelling(step)
     initializer_spelling(step)
     step.rename("eval_batch_size_per_gpu", "eval_batch_size")
+    if data.get("lr_control") is not None and not data.get("eval_steps"):
+        step.issue("lr_control", "conflict", "acts on each evaluation, so it needs eval_steps")
     if data.get("print_samples_steps") is not None:
         step.note("print_samples_steps", "the built-in models have no text samples to print; "
                   "opt-train prints the loss every print_loss_steps and eval metrics every eval_steps")
@@ -360,3 +362,59 @@ def launcher_issues(config, world_size, use_horovod_launcher):
         message = (f"asks for {wanted} GPUs: opt-train runs one GPU per process, so set use_horovod: true "
                    f"and launch `horovodrun -np {wanted} opt-train train ...` (or set num_gpus: 1)")
     return [config.issue("num_gpus", message, "conflict", wanted)]
+
+
+# `lr_control`: the eval-driven learning-rate controls (opt_train/training/controls.py), with
+# their parameters' defaults. newbob / newbob_abs are RETURNN's (NewbobRelative / NewbobAbs,
+# default values from its learning_rate_control.py); plateau is Keras' ReduceLROnPlateau.
+LR_CONTROLS = {
+    "newbob": {
+        "monitor": "loss", "decay": 0.5, "growth": 1.0, "relative_error_threshold": -0.01,
+        "relative_error_div_by_old": False, "relative_error_relative_lr": False, "min_learning_rate": 0.0,
+    },
+    "newbob_abs": {"monitor": "loss", "decay": 0.5, "growth": 1.0, "error_threshold": -0.01,
+                   "min_learning_rate": 0.0},
+    "plateau": {"monitor": "loss", "factor": 0.1, "patience": 10, "min_delta": 1e-4, "cooldown": 0,
+                "min_lr": 0.0},
+}
+
+
+def lr_control(value):
+    """The `lr_control` block completed with its mode's defaults; raises RuleError naming the sub-key."""
+    from opt_train.config import rules
+    from opt_train.config.issues import RuleError
+
+    params = rules.require_dict(value)
+    mode = params.pop("mode", None)
+    if mode is None:
+        raise RuleError(f"is required: one of {', '.join(LR_CONTROLS)}", None, "missing", subkey="mode")
+    try:
+        mode = rules.one_of("lr_control mode", tuple(LR_CONTROLS), lower=True)(mode)
+    except RuleError as error:
+        error.subkey = "mode"
+        raise
+    defaults = LR_CONTROLS[mode]
+    rules.check_known_keys(params, tuple(defaults) + ("mode",))
+    checked = {"mode": mode}
+    for name, default in defaults.items():
+        item = params.get(name, default)
+        try:
+            if isinstance(default, bool):
+                item = rules.require_bool(item)
+            elif isinstance(default, str):
+                item = rules.require_str(item)
+            elif isinstance(default, int):
+                item = rules.both(rules.require_int, rules.at_least(0))(item)
+            elif name in ("decay", "factor"):
+                item = rules.both(rules.require_float, rules.greater_than(0))(item)
+                if item >= 1:
+                    raise RuleError("must be < 1", item)
+            elif name in ("min_learning_rate", "min_lr", "min_delta"):
+                item = rules.both(rules.require_float, rules.at_least(0))(item)
+            else:
+                item = rules.require_float(item)
+        except RuleError as error:
+            error.subkey = name
+            raise
+        checked[name] = item
+    return checked

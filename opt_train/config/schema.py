@@ -85,6 +85,8 @@ class TrainConfig:
     load_model: str | None = None
     initializer: str | None = None
     initializer_params: dict = _empty()
+    # Eval-driven learning-rate control: RETURNN's newbob, Keras' ReduceLROnPlateau.
+    lr_control: dict | None = None
     # dotted key -> (file, line) of the value that won; not part of the config itself.
     locations: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     # What opt-train does with foreign keys it accepted (compat.py); printed, not a config key.

@@ -135,6 +135,7 @@ FIELD_RULES = {
     "load_model": rules.optional(rules.require_str),
     "initializer": rules.optional(rules.one_of("initializer", compat.KERAS_INITIALIZERS, lower=True)),
     "initializer_params": rules.require_dict,
+    "lr_control": rules.optional(compat.lr_control),
 }
 
 

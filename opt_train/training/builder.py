@@ -48,7 +48,13 @@ def build_run(config, backend, *, with_train_op=True):
     max_steps, updates_per_epoch = run_length(config, data)
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None)
     if with_train_op:
-        run.schedule, optimizer_params = learning_rate_schedule(config, max_steps, updates_per_epoch)
+        run.schedule, optimizer_params = learning_rate_schedule(
+            config, max_steps, updates_per_epoch, constant_as_schedule=config.lr_control is not None
+        )
+        if config.lr_control is not None:
+            from opt_train.training.controls import ScaledSchedule
+
+            run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
 

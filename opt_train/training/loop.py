@@ -68,6 +68,11 @@ class Session:
             "model_variables": list(run.model.variables),
             **run.train_op.checkpoint_items(),
         }
+        from opt_train.training.controls import control_for
+
+        self.lr_control = control_for(run)  # eval-driven lr (RETURNN newbob, ReduceLROnPlateau)
+        if self.lr_control:
+            items.update(self.lr_control.checkpoint_items())
         self.checkpoints = Checkpoints(
             config.logdir,
             items,
@@ -144,6 +149,10 @@ class Session:
             paused = time.perf_counter()
             if config.eval_steps and self.step % config.eval_steps == 0:
                 self._evaluate()
+                if self.lr_control:
+                    self.lr_control.after_evaluation(
+                        self.eval_results, self.run.train_op.optimizer.iterations, self.progress.message
+                    )
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
                 self.checkpoints.save(self.step)
             # samples/s measures training: evaluation and saving time is left out.
