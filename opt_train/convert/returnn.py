@@ -40,13 +40,24 @@ NOT_CARRIED = {
     "gradient_clip_norm": "clipping each tensor has no opt-train stage; max_grad_norm clips by global norm",
     "gradient_noise": "comes with the gradient pipeline's open chain",
     "save_interval": "checkpoints are every save_checkpoint_steps updates",
-    "learning_rate_control": "eval-driven learning-rate control is not available yet in opt-train",
+    "learning_rate_control": "this control has no opt-train equivalent",
     "learning_rate_file": "the learning rate is part of the checkpoint",
-    "min_learning_rate": "goes with learning_rate_control",
     "pretrain": "no layer-wise pretraining",
     "device": "the device is TensorFlow's choice; several GPUs are horovodrun -np N",
 }
 # Keys about RETURNN itself (logging, its backend, the task to run): nothing to carry.
+NEWBOB_MODES = {"newbob": "newbob", "newbob_rel": "newbob", "newbob_relative": "newbob",
+                "newbob_multi_epoch": "newbob", "newbob_abs": "newbob_abs"}
+# RETURNN's newbob parameters -> lr_control's (both spellings RETURNN reads).
+NEWBOB_PARAMS = {
+    "newbob_learning_rate_decay": "decay", "learning_rate_decay": "decay",
+    "newbob_learning_rate_growth": "growth", "learning_rate_growth": "growth",
+    "newbob_relative_error_threshold": "relative_error_threshold",
+    "newbob_relative_error_div_by_old": "relative_error_div_by_old", "relative_error_div_by_old": "relative_error_div_by_old",
+    "learning_rate_control_relative_error_relative_lr": "relative_error_relative_lr",
+    "newbob_error_threshold": "error_threshold",
+    "min_learning_rate": "min_learning_rate",
+}
 HOUSEKEEPING_PREFIXES = ("log", "debug", "tf_", "use_", "newbob", "learning_rate_control_", "cleanup_")
 HOUSEKEEPING = {"task", "model_dir", "multiprocessing", "update_on_device", "cache_size", "window",
                 "truncation", "stop_on_nonfinite_train_score", "gradient_nan_inf_filter", "target",
@@ -65,7 +76,10 @@ def convert_returnn(path):
     result = Conversion(source=path, kind="returnn")
     data = result.data
     optimizer_params, base_rate = {}, None
+    newbob_on = settings.get("learning_rate_control") in NEWBOB_MODES
     for key, value in settings.items():
+        if newbob_on and key in NEWBOB_PARAMS:
+            continue  # read into lr_control by newbob()
         if key in OPTIMIZER_FLAGS:
             if value is True:
                 data["optimizer"] = OPTIMIZER_FLAGS[key]
@@ -98,6 +112,8 @@ def convert_returnn(path):
                 result.drop(key, shown(value), "logdir: needs the config to run to be known; write the path")
         elif key == "learning_rate_control" and value == "constant":
             continue  # RETURNN's default: the rate the config gives
+        elif key == "learning_rate_control" and value in NEWBOB_MODES:
+            newbob(result, value, settings)
         elif key in NOT_CARRIED:
             if key == "gradient_clip" and not value:
                 continue  # 0 is off
@@ -140,6 +156,23 @@ def learning_rates(result, rates, settings):
     return base
     result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] (base {base}); "
                         f"after the list, learning_rate ({after})")
+
+
+def newbob(result, control, settings):
+    """`learning_rate_control = "newbob*"` and its parameters -> `lr_control`."""
+    from opt_train.config.compat import LR_CONTROLS
+
+    mode = NEWBOB_MODES[control]
+    block = {"mode": mode}
+    for key, name in NEWBOB_PARAMS.items():
+        if key in settings and name in LR_CONTROLS[mode] and is_plain(settings[key]):
+            block[name] = settings[key]
+    result.data["lr_control"] = block
+    result.drop("eval_steps", "(RETURNN: every epoch)",
+                "lr_control acts on each evaluation: set eval_steps to the updates in one epoch")
+    if control == "newbob_multi_epoch":
+        result.notes.append("learning_rate_control newbob_multi_epoch: lr_control newbob compares successive "
+                            "evaluations; RETURNN averaged newbob_multi_num_epochs sub-epoch scores")
 
 
 def accumulate_as_sum(result):

@@ -35,18 +35,24 @@ EXPECTED = {
     ),
     "timit_lstm_ctc.config": (
         {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.001}, "num_epochs": 100.0,
-         "logdir": "/tmp/returnn/timit"},
-        ("network", "batch_size", "max_seqs", "learning_rate_control", "gradient_noise"),
+         "logdir": "/tmp/returnn/timit",
+         "lr_control": {"mode": "newbob", "monitor": "loss", "decay": 0.8, "growth": 1.0,
+                        "relative_error_threshold": -0.01, "relative_error_div_by_old": False,
+                        "relative_error_relative_lr": True, "min_learning_rate": 0.0}},
+        ("network", "batch_size", "max_seqs", "gradient_noise", "eval_steps"),
     ),
     "conformer_schedule.py": (
         {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.0001, "epsilon": 1e-8},
-         "num_epochs": 1000.0, "iter_size": 2, "max_grad_norm": 1.0, "lr_policy": "piecewise"},
-        ("batch_size", "max_seqs", "learning_rate_control", "min_learning_rate"),
+         "num_epochs": 1000.0, "iter_size": 2, "max_grad_norm": 1.0, "lr_policy": "piecewise",
+         "lr_control": {"mode": "newbob", "monitor": "loss", "decay": 0.5, "growth": 1.0,
+                        "relative_error_threshold": -0.01, "relative_error_div_by_old": False,
+                        "relative_error_relative_lr": False, "min_learning_rate": 0.001 / 50}},
+        ("batch_size", "max_seqs", "eval_steps"),
     ),
 }
 # The built-in model and data a user fills in where RETURNN had `network` and `train`.
 SWAP = {"model": "mlp", "model_params": {"hidden_units": [8]}, "data": "synthetic_classification",
-        "data_params": {"num_examples": 256}, "batch_size_per_gpu": 8}
+        "data_params": {"num_examples": 256}, "batch_size_per_gpu": 8, "eval_steps": 1}
 
 
 def converted(name, tmp_path):
@@ -66,7 +72,9 @@ def test_the_suite_has_five_or_more_returnn_configs():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_convert_carries_what_returnn_means(name, tmp_path):
     out, _ = converted(name, tmp_path)
-    config = load_config([out]).to_dict()  # validates as converted (the default model and data)
+    # Validates as converted (the default model and data), with eval_steps filled in where the
+    # comments ask for it (RETURNN's newbob decides once per epoch).
+    config = load_config([out], ["eval_steps=50"]).to_dict()
     values, dropped = EXPECTED[name]
     for key, value in values.items():
         assert config[key] == value, key
