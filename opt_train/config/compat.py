@@ -197,8 +197,9 @@ def apply(data, locations):
     regularizer_spelling(step)
     initializer_spelling(step)
     step.rename("eval_batch_size_per_gpu", "eval_batch_size")
-    if data.get("lr_control") is not None and not data.get("eval_steps"):
-        step.issue("lr_control", "conflict", "acts on each evaluation, so it needs eval_steps")
+    for key in ("lr_control", "early_stopping", "restore_best_checkpoint"):
+        if data.get(key) not in (None, False) and not data.get("eval_steps"):
+            step.issue(key, "conflict", "acts on each evaluation, so it needs eval_steps")
     if data.get("print_samples_steps") is not None:
         step.note("print_samples_steps", "the built-in models have no text samples to print; "
                   "opt-train prints the loss every print_loss_steps and eval metrics every eval_steps")
@@ -417,4 +418,26 @@ def lr_control(value):
             error.subkey = name
             raise
         checked[name] = item
+    return checked
+
+
+EARLY_STOPPING = {"monitor": "loss", "patience": 0, "min_delta": 0.0}
+
+
+def early_stopping(value):
+    """Keras' EarlyStopping parameters (mode min), defaults filled in."""
+    from opt_train.config import rules
+    from opt_train.config.issues import RuleError
+
+    params = rules.require_dict(value)
+    rules.check_known_keys(params, tuple(EARLY_STOPPING))
+    checked = {**EARLY_STOPPING, **params}
+    checks = {"monitor": rules.require_str, "patience": rules.both(rules.require_int, rules.at_least(0)),
+              "min_delta": rules.both(rules.require_float, rules.at_least(0))}
+    for name, check in checks.items():
+        try:
+            checked[name] = check(checked[name])
+        except RuleError as error:
+            error.subkey = name
+            raise
     return checked

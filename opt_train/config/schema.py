@@ -87,6 +87,8 @@ class TrainConfig:
     initializer_params: dict = _empty()
     # Eval-driven learning-rate control: RETURNN's newbob, Keras' ReduceLROnPlateau.
     lr_control: dict | None = None
+    early_stopping: dict | None = None  # Keras' EarlyStopping: {monitor, patience, min_delta}
+    restore_best_checkpoint: bool = False  # OpenSeq2Seq's: eval reads the best-eval-loss checkpoint
     # dotted key -> (file, line) of the value that won; not part of the config itself.
     locations: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     # What opt-train does with foreign keys it accepted (compat.py); printed, not a config key.

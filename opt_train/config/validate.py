@@ -136,6 +136,8 @@ FIELD_RULES = {
     "initializer": rules.optional(rules.one_of("initializer", compat.KERAS_INITIALIZERS, lower=True)),
     "initializer_params": rules.require_dict,
     "lr_control": rules.optional(compat.lr_control),
+    "early_stopping": rules.optional(compat.early_stopping),
+    "restore_best_checkpoint": rules.require_bool,
 }
 
 

@@ -23,7 +23,6 @@ WHY = {
     "data_layer": "choose `data` (digits, reversal, npz, csv, ...)",
     "data_layer_params": "`data_params` of the chosen `data`",
     "gpu_ids": "one GPU per process: use num_gpus and horovodrun -np N",
-    "restore_best_checkpoint": "not available yet in opt-train",
     "print_bench_info_steps": "opt-train prints samples/s with every loss line",
 }
 

@@ -1,6 +1,8 @@
-"""Eval-driven learning-rate control (RETURNN's newbob, Keras' ReduceLROnPlateau), restored exactly on resume."""
+"""What acts on each evaluation: lr control (newbob, ReduceLROnPlateau), early stopping, the best checkpoint."""
 
 from __future__ import annotations
+
+import os
 
 import keras
 import numpy as np
@@ -133,8 +135,98 @@ class LearningRateControl:
         state["evaluations"].assign_add(1)
 
 
-def control_for(run):
-    """The run's `LearningRateControl`, or None when the config has no `lr_control`."""
-    if run.config.lr_control is None or not isinstance(run.schedule, ScaledSchedule):
-        return None
-    return LearningRateControl(run.config.lr_control, run.schedule, run.backend)
+
+class EarlyStopping:
+    """Keras' EarlyStopping (mode min): stop when `monitor` has not improved by `min_delta` for `patience` evaluations."""
+
+    def __init__(self, params):
+        self.params = params
+        self.state = {
+            "best": tf.Variable(np.inf, dtype=tf.float64, trainable=False),
+            "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "evaluations": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "stopped": tf.Variable(False, trainable=False),
+        }
+
+    def after_evaluation(self, score):
+        """True when training must stop (Keras' on_epoch_end, evaluation by evaluation)."""
+        state = self.state
+        epoch = int(state["evaluations"].numpy())
+        state["evaluations"].assign_add(1)
+        state["wait"].assign_add(1)
+        if score + self.params["min_delta"] < float(state["best"].numpy()):
+            state["best"].assign(score)
+            state["wait"].assign(0)
+            return False
+        if state["wait"].numpy() >= self.params["patience"] and epoch > 0:
+            state["stopped"].assign(True)
+        return bool(state["stopped"].numpy())
+
+
+class Controls:
+    """The run's controls that act after each evaluation, all restored exactly on resume.
+
+    `lr_control` (a factor on the lr policy), `early_stopping`, and
+    `restore_best_checkpoint` (the model with the best eval loss kept in
+    `logdir/best/`, which `opt-train eval` then reads). Under Horovod rank 0
+    evaluates and decides; the other ranks receive the state.
+    """
+
+    def __init__(self, run):
+        config = run.config
+        self.backend = run.backend
+        self.lr = None
+        if config.lr_control is not None and isinstance(run.schedule, ScaledSchedule):
+            self.lr = LearningRateControl(config.lr_control, run.schedule, run.backend)
+        self.early = EarlyStopping(config.early_stopping) if getattr(config, "early_stopping", None) else None
+        self.best_dir = os.path.join(config.logdir, "best") if getattr(config, "restore_best_checkpoint", False) else None
+        self.best = tf.Variable(np.inf, dtype=tf.float64, trainable=False)
+        self.manager = None
+
+    def checkpoint_items(self):
+        items = {}
+        if self.lr:
+            items.update(self.lr.checkpoint_items())
+        if self.early:
+            items["early_stopping"] = dict(self.early.state)
+        if self.best_dir:
+            items["best_eval_loss"] = self.best
+        return items
+
+    def attach(self, checkpoint, writer):
+        """The run's `tf.train.Checkpoint`, for the copy kept as the best one (rank 0 writes it)."""
+        if self.best_dir and writer:
+            self.manager = tf.train.CheckpointManager(checkpoint, self.best_dir, max_to_keep=1)
+
+    def stopped(self):
+        """True when early stopping ended the run (a restart trains nothing more)."""
+        return bool(self.early and self.early.state["stopped"].numpy())
+
+    def after_evaluation(self, results, step, updates, say):
+        """Acts on `results` (rank 0's; empty elsewhere). Returns True when training must stop."""
+        if self.lr:
+            self.lr.after_evaluation(results, updates, say)
+        if self.best_dir and results and self.manager:
+            if results["loss"] < float(self.best.numpy()):
+                self.best.assign(results["loss"])
+                self.manager.save(checkpoint_number=step)
+                say(f"best eval loss so far at step {step}: kept in {self.best_dir}")
+        stop = False
+        if self.early:
+            if results:
+                monitor = self.early.params["monitor"]
+                if monitor not in results:
+                    raise ValueError(f"`early_stopping.monitor` is not an eval metric. Received: monitor={monitor!r}")
+                self.early.after_evaluation(float(results[monitor]))
+            if self.backend.size > 1:
+                self.backend.broadcast_variables(list(self.early.state.values()), root_rank=0)
+            stop = self.stopped()
+            if stop:
+                say(f"early stopping at step {step}: eval {self.early.params['monitor']} has not improved "
+                    f"for {self.early.params['patience']} evaluations")
+        return stop
+
+
+def best_checkpoint(logdir):
+    """The checkpoint `restore_best_checkpoint` kept in `logdir/best`, or None."""
+    return tf.train.latest_checkpoint(os.path.join(logdir, "best"))

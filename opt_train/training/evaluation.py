@@ -44,6 +44,13 @@ def evaluate(config, checkpoint=None):
 
     run = build_run(config, get_backend(False), with_train_op=False)
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
+    if checkpoint is None and config.restore_best_checkpoint:
+        from opt_train.training.controls import best_checkpoint
+
+        # OpenSeq2Seq's restore_best_checkpoint: the best eval loss, not the latest.
+        checkpoint = best_checkpoint(config.logdir)
+        if checkpoint is None:
+            raise TrainingFailed(f"no best checkpoint in {config.logdir}/best (restore_best_checkpoint)")
     restored = checkpoints.restore(checkpoint)
     if restored is None:
         raise TrainingFailed(f"no checkpoint to evaluate in {checkpoints.directory}")

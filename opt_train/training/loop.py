@@ -68,11 +68,11 @@ class Session:
             "model_variables": list(run.model.variables),
             **run.train_op.checkpoint_items(),
         }
-        from opt_train.training.controls import control_for
+        from opt_train.training.controls import Controls
 
-        self.lr_control = control_for(run)  # eval-driven lr (RETURNN newbob, ReduceLROnPlateau)
-        if self.lr_control:
-            items.update(self.lr_control.checkpoint_items())
+        # After each evaluation: lr_control, early_stopping, restore_best_checkpoint (training/controls.py).
+        self.controls = Controls(run)
+        items.update(self.controls.checkpoint_items())
         self.checkpoints = Checkpoints(
             config.logdir,
             items,
@@ -80,6 +80,7 @@ class Session:
             max_to_keep=config.num_checkpoints,
             writer=self.chief,
         )
+        self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.reporter = Reporter(config.logdir, enabled=self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if self.chief else None
@@ -109,6 +110,8 @@ class Session:
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
         )
         self.step = int(self.run.train_op.global_step.numpy())
+        if self.controls.stopped():
+            self.run.max_steps = self.step  # early stopping ended this run before
         # The train stream is a pure function of (seed, position) on every rank, so
         # skipping the batches already consumed resumes it exactly, for any number of
         # ranks, without checkpointing an iterator per rank.
@@ -149,10 +152,9 @@ class Session:
             paused = time.perf_counter()
             if config.eval_steps and self.step % config.eval_steps == 0:
                 self._evaluate()
-                if self.lr_control:
-                    self.lr_control.after_evaluation(
-                        self.eval_results, self.run.train_op.optimizer.iterations, self.progress.message
-                    )
+                if self.controls.after_evaluation(self.eval_results, self.step,
+                                                  self.run.train_op.optimizer.iterations, self.progress.message):
+                    self.run.max_steps = end = self.step  # early stopping ends the run here
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
                 self.checkpoints.save(self.step)
             # samples/s measures training: evaluation and saving time is left out.

@@ -24,6 +24,7 @@ SPEC_DEFAULTS = {
     # OpenSeq2Seq keys (issue 17).
     "num_gpus": None, "print_samples_steps": None, "bench_start": None, "load_model": None,
     "initializer": None, "initializer_params": {},
+    "lr_control": None, "early_stopping": None, "restore_best_checkpoint": False,
 }
 
 RICH = """\

@@ -113,3 +113,56 @@ def test_a_resumed_run_continues_the_control_exactly(tmp_path):
     resumed.close()
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("params", [{"patience": 0}, {"patience": 2}, {"patience": 1, "min_delta": 0.02}])
+def test_early_stopping_is_keras_early_stopping(params):
+    from opt_train.config.compat import early_stopping
+    from opt_train.training.controls import EarlyStopping
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    keras_callback = keras.callbacks.EarlyStopping(monitor="val_loss", **params)
+    keras_callback.set_model(model)
+    keras_callback.on_train_begin()
+    mine = EarlyStopping(early_stopping(params))
+    keras_stop = mine_stop = None
+    for epoch, score in enumerate(SCORES):
+        keras_callback.on_epoch_end(epoch, {"val_loss": score})
+        if keras_stop is None and getattr(model, "stop_training", False):
+            keras_stop = epoch
+        if mine_stop is None and mine.after_evaluation(score):
+            mine_stop = epoch
+    assert keras_stop is not None
+    assert mine_stop == keras_stop
+
+
+def run_config(tmp_path, extra, overrides=()):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model: mlp\nmodel_params: {hidden_units: [6]}\ndata: digits\nbatch_size_per_gpu: 16\n"
+        "max_steps: 10\neval_steps: 2\nprint_loss_steps: 2\noptimizer: SGD\noptimizer_params: {learning_rate: 0.5}\n"
+        f"logdir: {tmp_path / 'run'}\n" + extra
+    )
+    return load_config([path], overrides)
+
+
+def test_early_stopping_ends_the_run_and_a_restart_trains_no_more(tmp_path):
+    from opt_train.training import train
+
+    config = run_config(tmp_path, "early_stopping: {patience: 1, min_delta: 100.0}\n")  # nothing improves
+    assert train(config)["global_step"] == 4  # second evaluation: no improvement for 1 evaluation
+    assert train(config)["global_step"] == 4
+
+
+def test_restore_best_checkpoint_keeps_the_best_eval_loss_for_eval(tmp_path):
+    from opt_train.training import evaluate, train
+    from tests.support import read_jsonl
+
+    # A rate this high makes the eval loss go up and down, so the best is not simply the last.
+    config = run_config(tmp_path, "restore_best_checkpoint: true\n", ["optimizer_params.learning_rate=3.0"])
+    train(config)
+    evals = [(r["eval/loss"], r["step"]) for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval/loss" in r]
+    best_loss, best_step = min(evals)
+    result = evaluate(config)
+    assert result["checkpoint"].endswith(f"best/ckpt-{best_step}")
+    assert result["eval/loss"] == pytest.approx(best_loss, rel=1e-6)
