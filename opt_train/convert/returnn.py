@@ -155,7 +155,8 @@ def learning_rates(result, rates, settings):
     }
     return base
     result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] (base {base}); "
-                        f"after the list, learning_rate ({after})")
+                        f"after the list, learning_rate ({after}). piecewise switches as OpenSeq2Seq's does, "
+                        "after the boundary's update: the first update of each epoch still has the old rate")
 
 
 def newbob(result, control, settings):
