@@ -168,3 +168,11 @@ def test_the_compat_pass_imports_no_tensorflow(tmp_path):
     code = ("import sys; from opt_train.config import load_config; load_config([sys.argv[1]]); "
             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules")
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+
+
+def test_validate_prints_the_notes(tmp_path, cli):
+    path = write(tmp_path, "max_steps: 10\nregularizer: tf.contrib.layers.l2_regularizer\n")
+    result = cli("validate", "--config", path)
+    assert result.exit_code == 0
+    assert f"note: {path}:2: regularizer: tf.contrib.layers.l2_regularizer is TF1's" in result.output
+    assert "regularizer: tf1_l2" in result.output
