@@ -57,13 +57,27 @@ def config_options(function):
 
 
 def load(configs, overrides):
-    """The validated config, or exit 2 with every problem listed; its user modules become importable."""
+    """The validated config, or exit 2 with every problem listed; notes on foreign keys go to stderr,
+    and the config's user modules become importable."""
     from opt_train import usercode
 
     with user_errors():
         config = load_config(list(configs), list(overrides))
+    for note in config.notes:
+        click.echo(f"note: {note}", err=True)
     usercode.add_search_path(config.code_folders())
     return config
+
+
+def check_num_gpus(config, world_size=None):
+    """OpenSeq2Seq's `num_gpus` against the processes this run has: exit 2 naming the fix."""
+    from opt_train.config.compat import launcher_issues
+    from opt_train.training.logdir import launched_ranks
+
+    launched = launched_ranks()
+    issues = launcher_issues(config, world_size or launched, launched > 1)
+    if issues:
+        raise ConfigUsageError(str(ConfigError(issues)))
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ COMMANDS = {
     "sweep": "opt_train.cli.sweep:sweep",
     "export": "opt_train.cli.export:export",
     "predict": "opt_train.cli.predict:predict",
+    "convert": "opt_train.cli.convert:convert",
 }
 
 # OpenSeq2Seq run.py's --mode: train_eval (the default) is `opt-train train`.

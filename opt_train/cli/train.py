@@ -2,7 +2,9 @@
 
 import click
 
-from opt_train.cli.common import ConfigUsageError, config_options, import_tensorflow, load, user_errors
+from opt_train.cli.common import (
+    ConfigUsageError, check_num_gpus, config_options, import_tensorflow, load, user_errors,
+)
 
 
 @click.command()
@@ -29,6 +31,7 @@ def train(configs, overrides, resume_changed, no_resume, benchmark):
     if resume_changed and (no_resume or benchmark):
         raise ConfigUsageError("--resume cannot be combined with --no-resume or --benchmark")
     config = load(configs, overrides)
+    check_num_gpus(config)
     with user_errors():
         # Inside: Ctrl-C during the (slow) TensorFlow import exits 130 like any other.
         import_tensorflow()

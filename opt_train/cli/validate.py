@@ -3,7 +3,7 @@
 import click
 import yaml
 
-from opt_train.cli.common import config_options, load
+from opt_train.cli.common import check_num_gpus, config_options, load
 from opt_train.config import derived
 
 
@@ -19,16 +19,11 @@ from opt_train.config import derived
 def validate(configs, overrides, world_size):
     """Check a config and print the effective config and derived figures."""
     config = load(configs, overrides)
-    figures = derived(config, world_size=world_size or _launcher_world_size())
+    check_num_gpus(config, world_size)
+    from opt_train.training.logdir import launched_ranks
+
+    figures = derived(config, world_size=world_size or launched_ranks())
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
     click.echo("# derived")
     click.echo(yaml.safe_dump(figures, sort_keys=False).rstrip())
 
-
-def _launcher_world_size():
-    import os
-
-    for variable in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        if os.environ.get(variable, "").isdigit():
-            return int(os.environ[variable])
-    return 1

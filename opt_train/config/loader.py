@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
+from opt_train.config import compat
 from opt_train.config.issues import ConfigError
 from opt_train.config.layering import layer
 from opt_train.config.validate import validate
@@ -26,6 +28,7 @@ def load_config(paths, overrides=()):
         paths = [paths]
     paths = [str(path) for path in paths]
     layered = layer(paths, overrides)
+    compat_issues, notes = compat.apply(layered.data, layered.locations)
     config, issues = validate(
         layered.data,
         layered.locations,
@@ -33,10 +36,10 @@ def load_config(paths, overrides=()):
         fallback_file=paths[-1] if paths else None,
         require_length=not layered.issues,
     )
-    issues = layered.issues + issues
+    issues = layered.issues + compat_issues + issues
     if issues:
         raise ConfigError(issues)
-    return config
+    return dataclasses.replace(config, notes=tuple(notes))
 
 
 def derived(config, world_size=1):

@@ -15,9 +15,10 @@ from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.suggest import UnknownNameError
 
-REGULARIZERS = ("l1", "l2", "l1_l2")
+# tf1_l2: TF1's l2_regularizer, scale * sum(w^2) / 2 (OpenSeq2Seq's configs name it).
+REGULARIZERS = ("l1", "l2", "l1_l2", "tf1_l2")
 # `scale` with l1_l2 is the default for both of `l1` and `l2` (OpenSeq2Seq's one knob).
-REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2")}
+REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2"), "tf1_l2": ("scale",)}
 
 int_at_least_1 = p.integer(1)
 positive_float = p.number(0, low_open=True, strings=True)
@@ -27,7 +28,15 @@ RATE = p.number(strings=True)
 
 def unknown_key(name, known):
     """`unknown key; did you mean 'logdir'?` for a key that no schema has."""
-    return UnknownNameError("config key", str(name), known, code="unknown_key")
+    from opt_train.config.compat import synonym
+
+    error = UnknownNameError("config key", str(name), known, code="unknown_key")
+    # Another tool's name for the key (`lr`) before the nearest spelling (`logdir`).
+    suggestion = synonym(name, known)
+    if suggestion:
+        error.suggestion = suggestion
+        error.message = f"unknown key; did you mean '{suggestion}'?"
+    return error
 
 
 def check_known_keys(params, known):

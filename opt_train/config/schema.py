@@ -71,10 +71,11 @@ class TrainConfig:
     regularizer: str | None = None
     regularizer_params: dict = _empty()
     freeze_variables_regex: str | None = None
-    summaries: tuple = ()
+    # OpenSeq2Seq's default (optimize_loss with summaries=None).
+    summaries: tuple = ("learning_rate", "global_gradient_norm", "loss_scale")
     logdir: str = "runs/default"
     save_checkpoint_steps: int | None = 500
-    num_checkpoints: int = 3
+    num_checkpoints: int = 5  # OpenSeq2Seq's default
     save_summaries_steps: int | None = 100
     print_loss_steps: int = 100
     eval_steps: int | None = None
@@ -82,8 +83,21 @@ class TrainConfig:
     jit_compile: bool = False
     python_path: tuple = ()
     sweep: dict | None = None
+    # OpenSeq2Seq keys with their OpenSeq2Seq meaning (opt_train/config/compat.py, README).
+    num_gpus: int | None = None
+    print_samples_steps: int | None = None
+    bench_start: int | None = None
+    load_model: str | None = None
+    initializer: str | None = None
+    initializer_params: dict = _empty()
+    # Eval-driven learning-rate control: RETURNN's newbob, Keras' ReduceLROnPlateau.
+    lr_control: dict | None = None
+    early_stopping: dict | None = None  # Keras' EarlyStopping: {monitor, patience, min_delta}
+    restore_best_checkpoint: bool = False  # OpenSeq2Seq's: eval reads the best-eval-loss checkpoint
     # dotted key -> (file, line) of the value that won; not part of the config itself.
     locations: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    # What opt-train does with foreign keys it accepted (compat.py); printed, not a config key.
+    notes: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
     def to_dict(self):
         """The resolved config as plain YAML-ready types (what `validate` prints)."""
@@ -133,8 +147,8 @@ class TrainConfig:
 
 
 def config_fields():
-    """The fields that are config keys (everything but `locations`)."""
-    return [field for field in dataclasses.fields(TrainConfig) if field.name != "locations"]
+    """The fields that are config keys (everything but `locations` and `notes`)."""
+    return [field for field in dataclasses.fields(TrainConfig) if field.name not in ("locations", "notes")]
 
 
 FIELD_NAMES = tuple(field.name for field in config_fields())

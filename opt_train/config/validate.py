@@ -10,7 +10,7 @@ raised one at a time: the loader raises them together.
 from __future__ import annotations
 
 from opt_train import params as p
-from opt_train.config import rules
+from opt_train.config import compat, rules
 from opt_train.config.issues import OVERRIDE_FILE, ConfigIssue, RuleError, RuleErrors, as_param_error
 from opt_train.config.registries import registry
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, join_key, locate
@@ -61,6 +61,16 @@ FIELD_RULES = {
     "jit_compile": p.boolean,
     "python_path": rules.python_path,
     "sweep": p.optional(p.mapping),
+    # OpenSeq2Seq keys (compat.py has already translated their TF1 spellings).
+    "num_gpus": p.optional(p.integer(1)),
+    "print_samples_steps": p.optional(p.integer(1)),
+    "bench_start": p.optional(p.integer(0)),
+    "load_model": p.optional(p.string),
+    "initializer": p.optional(p.one_of(*compat.KERAS_INITIALIZERS, kind="initializer", lower=True)),
+    "initializer_params": p.mapping,
+    "lr_control": p.optional(compat.lr_control),
+    "early_stopping": p.optional(compat.early_stopping),
+    "restore_best_checkpoint": p.boolean,
 }
 
 

@@ -36,6 +36,7 @@ def build_run(config, backend, *, with_train_op=True):
     from opt_train.models import build_model
     from opt_train.models.build import fit_problem
     from opt_train.optimizers.mixed_precision import dtype_policy_name
+    from opt_train.training.compat import apply_initializer
 
     keras.utils.set_random_seed(config.random_seed)
     keras.mixed_precision.set_dtype_policy(dtype_policy_name(config.dtype))
@@ -51,10 +52,18 @@ def build_run(config, backend, *, with_train_op=True):
     problem = fit_problem(model, data.task)
     if problem:
         raise ConfigError([config.issue("model", problem, "out_of_range")])
+    with _config_key(config, "initializer_params"):
+        apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
     max_steps, updates_per_epoch = run_length(config, data)
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None)
     if with_train_op:
-        run.schedule, optimizer_params = learning_rate_schedule(config, max_steps, updates_per_epoch)
+        run.schedule, optimizer_params = learning_rate_schedule(
+            config, max_steps, updates_per_epoch, constant_as_schedule=config.lr_control is not None
+        )
+        if config.lr_control is not None:
+            from opt_train.training.controls import ScaledSchedule
+
+            run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
 
@@ -102,6 +111,10 @@ def _regularizer(config):
         return keras.regularizers.L1(scale)
     if config.regularizer == "l2":
         return keras.regularizers.L2(scale)
+    if config.regularizer == "tf1_l2":
+        from opt_train.training.compat import tf1_l2
+
+        return tf1_l2(scale)
     return keras.regularizers.L1L2(l1=params.get("l1", scale), l2=params.get("l2", scale))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from opt_train.training.errors import RunRefused
+
 
 class Evaluator:
     """Runs the model over the eval split with a compiled step; returns plain floats."""
@@ -41,6 +43,13 @@ def evaluate(config, checkpoint=None):
     from opt_train.training.builder import build_run
     from opt_train.training.checkpoints import Checkpoints, resolve_checkpoint
 
+    if checkpoint is None and config.restore_best_checkpoint:
+        from opt_train.training.controls import best_checkpoint
+
+        # OpenSeq2Seq's restore_best_checkpoint: the best eval loss, not the latest.
+        checkpoint = best_checkpoint(config.logdir)
+        if checkpoint is None:
+            raise RunRefused(f"no best checkpoint in {config.logdir}/best (restore_best_checkpoint)")
     # An unusable argument, or no checkpoint at all, is refused before anything is built.
     found = resolve_checkpoint(checkpoint, config.logdir)
     path = found if checkpoint is not None else None  # None: the newest that restores

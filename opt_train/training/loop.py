@@ -95,6 +95,11 @@ class Session:
             # resumed inside an interval reports the same loss as one never stopped.
             "report_interval": self._carry_variable(tf),
         }
+        from opt_train.training.controls import Controls
+
+        # After each evaluation: lr_control, early_stopping, restore_best_checkpoint (training/controls.py).
+        self.controls = Controls(run)
+        items.update(self.controls.checkpoint_items())
         self.checkpoints = Checkpoints(
             config.logdir,
             items,
@@ -102,6 +107,7 @@ class Session:
             max_to_keep=config.num_checkpoints,
             writer=self.chief,
         )
+        self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.reporter = Reporter(config.logdir, enabled=self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if self.chief else None
@@ -131,6 +137,10 @@ class Session:
         if restored:
             total, count = self._carry.numpy()
             self._carried = (float(total), int(count))
+        if not restored and config.load_model:
+            from opt_train.training.compat import warm_start_run
+
+            warm_start_run(config, self.run.model, self.progress.message)
         # Every rank starts from rank 0's weights and optimizer state, fresh or resumed.
         self.run.backend.broadcast_variables(
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
@@ -143,6 +153,8 @@ class Session:
             if resume:
                 # A killed run's records after the restored step are done again: drop them.
                 self.reporter.resume(self.step)
+        if self.controls.stopped():
+            self.run.max_steps = self.step  # early stopping ended this run before
         # The train stream is a pure function of (seed, position) on every rank, so
         # skipping the batches already consumed resumes it exactly, for any number of
         # ranks, without checkpointing an iterator per rank.
@@ -184,6 +196,9 @@ class Session:
             if config.eval_steps and self.step % config.eval_steps == 0:
                 self._evaluate()
                 self._stop_if_pruned()
+                if self.controls.after_evaluation(self.eval_results, self.step,
+                                                  self.run.train_op.optimizer.iterations, self.progress.message):
+                    self.run.max_steps = end = self.step  # early stopping ends the run here
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
                 self._save()
             # samples/s measures training: evaluation and saving time is left out.
@@ -402,7 +417,8 @@ def _scalars(result):
     for name, value in _without_flags(result).items():
         value = np.asarray(value)
         if value.size == 1:
-            figures[name] = float(value)
+            # .item(): a one-element variable (a 1-unit layer's bias) is shape (1,), not a scalar.
+            figures[name] = float(value.item())
     return figures
 
 
@@ -411,7 +427,9 @@ class _Benchmark:
 
     def __init__(self, run):
         self.run = run
-        self.warmup = min(10, max(1, run.max_steps // 5))
+        # OpenSeq2Seq's bench_start when the config gives it.
+        bench_start = getattr(run.config, "bench_start", None)
+        self.warmup = bench_start if bench_start is not None else min(10, max(1, run.max_steps // 5))
         self.start_time = None
         self.start_step = None
         self.end_time = None

@@ -15,7 +15,7 @@ def test_help_does_not_import_tensorflow():
         "import sys\n"
         "from opt_train.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "for command in ('train', 'eval', 'validate', 'list', 'lr', 'sweep'):\n"
+        "for command in ('train', 'eval', 'validate', 'list', 'lr', 'sweep', 'convert'):\n"
         "    try:\n        main([command, '--help'])\n    except SystemExit:\n        pass\n"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
         "assert 'keras' not in sys.modules, 'keras imported'\n"

@@ -9,7 +9,8 @@ import yaml
 
 from opt_train.config import ConfigError, LarcParams, TrainConfig, derived, load_config
 
-# The defaults as the issue's schema lists them (the reference for TrainConfig's).
+# The defaults as the issue's schema lists them (the reference for TrainConfig's);
+# num_checkpoints and summaries are OpenSeq2Seq's (issue 17).
 SPEC_DEFAULTS = {
     "model": "mlp", "model_params": {}, "data": "digits", "data_params": {},
     "batch_size_per_gpu": 32, "eval_batch_size": None, "num_epochs": None,
@@ -18,9 +19,14 @@ SPEC_DEFAULTS = {
     "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False,
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
     "gradient_transforms": [], "iter_size_mode": "mean",
-    "freeze_variables_regex": None, "summaries": [], "save_checkpoint_steps": 500,
-    "num_checkpoints": 3, "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
+    "freeze_variables_regex": None, "save_checkpoint_steps": 500,
+    "summaries": ["learning_rate", "global_gradient_norm", "loss_scale"], "num_checkpoints": 5,
+    "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
     "random_seed": 0, "jit_compile": False, "python_path": [], "sweep": None,
+    # OpenSeq2Seq keys (issue 17).
+    "num_gpus": None, "print_samples_steps": None, "bench_start": None, "load_model": None,
+    "initializer": None, "initializer_params": {},
+    "lr_control": None, "early_stopping": None, "restore_best_checkpoint": False,
 }
 
 RICH = """\

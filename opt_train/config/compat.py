@@ -1,0 +1,424 @@
+"""Reads OpenSeq2Seq / RETURNN / TF1 spellings in raw config data as opt-train's keys, before validation."""
+
+from __future__ import annotations
+
+from opt_train import params as p
+from opt_train.config.issues import ConfigIssue
+from opt_train.config.schema import locate
+from opt_train.errors import ParamError
+
+# Module prefixes a Python config writes before a class or function name; in YAML they
+# arrive as strings ("tf.float32", "open_seq2seq.optimizers.novograd.NovoGrad").
+FOREIGN_PREFIXES = ("tf.", "tensorflow.", "open_seq2seq.", "keras.", "returnn.")
+
+# TF1 regularizer functions. TF1's l2_regularizer is scale * sum(w^2) / 2 (tf.nn.l2_loss),
+# which is not opt-train's `l2` (Keras' scale * sum(w^2)); it gets its own name.
+REGULARIZER_NAMES = {
+    "l2_regularizer": "tf1_l2",
+    "l1_regularizer": "l1",
+}
+
+# TF1 initializers -> (Keras initializer, TF1 defaults as Keras parameters, TF1 -> Keras
+# parameter names). Where TF1 and Keras defaults differ, the TF1 default is written out.
+_CONTRIB_VS = {"scale": 2.0, "mode": "fan_in", "distribution": "truncated_normal"}
+INITIALIZERS = {
+    "xavier_initializer": ("variance_scaling", {"scale": 1.0, "mode": "fan_avg", "distribution": "uniform"}),
+    "glorot_uniform_initializer": ("glorot_uniform", {}),
+    "glorot_normal_initializer": ("glorot_normal", {}),
+    "he_normal": ("he_normal", {}),
+    "he_uniform": ("he_uniform", {}),
+    "variance_scaling_initializer": (
+        "variance_scaling", {"scale": 1.0, "mode": "fan_in", "distribution": "truncated_normal"},
+    ),
+    "random_normal_initializer": ("random_normal", {"mean": 0.0, "stddev": 1.0}),
+    "truncated_normal_initializer": ("truncated_normal", {"mean": 0.0, "stddev": 1.0}),
+    "random_uniform_initializer": ("random_uniform", {"minval": 0.0, "maxval": 1.0}),
+    "orthogonal_initializer": ("orthogonal", {"gain": 1.0}),
+    "zeros_initializer": ("zeros", {}),
+    "ones_initializer": ("ones", {}),
+    "constant_initializer": ("constant", {"value": 0.0}),
+}
+KERAS_INITIALIZERS = (
+    "glorot_uniform", "glorot_normal", "he_normal", "he_uniform", "lecun_normal", "lecun_uniform",
+    "variance_scaling", "random_normal", "truncated_normal", "random_uniform", "orthogonal",
+    "zeros", "ones", "constant",
+)
+
+# A foreign key -> the opt-train key, for the unknown-key suggestion: the names users of
+# OpenSeq2Seq, RETURNN, Keras, Lightning and Hugging Face type for the same thing.
+SYNONYMS = {
+    "batch_size": "batch_size_per_gpu",
+    "train_batch_size": "batch_size_per_gpu",
+    "per_device_train_batch_size": "batch_size_per_gpu",
+    "per_device_eval_batch_size": "eval_batch_size",
+    "lr": "optimizer_params.learning_rate",
+    "learning_rate": "optimizer_params.learning_rate",
+    "base_lr": "optimizer_params.learning_rate",
+    "momentum": "optimizer_params.momentum",
+    "beta1": "optimizer_params.beta1",
+    "beta_1": "optimizer_params.beta_1",
+    "beta2": "optimizer_params.beta2",
+    "beta_2": "optimizer_params.beta_2",
+    "epsilon": "optimizer_params.epsilon",
+    "weight_decay": "optimizer_params.weight_decay",
+    "optimizer_kwargs": "optimizer_params",
+    "optimizer_args": "optimizer_params",
+    "gradient_clip_val": "max_grad_norm",
+    "gradient_clip": "max_grad_norm",
+    "gradient_clip_norm": "max_grad_norm",
+    "gradient_clip_global_norm": "max_grad_norm",
+    "clipnorm": "max_grad_norm",
+    "global_clipnorm": "max_grad_norm",
+    "clip_norm": "max_grad_norm",
+    "max_norm": "max_grad_norm",
+    "clip_gradients": "max_grad_norm",
+    "gpus": "num_gpus",
+    "num_workers": "num_gpus",
+    "devices": "num_gpus",
+    "epochs": "num_epochs",
+    "max_epochs": "num_epochs",
+    "num_train_epochs": "num_epochs",
+    "num_steps": "max_steps",
+    "train_steps": "max_steps",
+    "max_iters": "max_steps",
+    "max_iterations": "max_steps",
+    "seed": "random_seed",
+    "accumulate_grad_batches": "iter_size",
+    "gradient_accumulation_steps": "iter_size",
+    "accum_grad_multiple_step": "iter_size",
+    "model_dir": "logdir",
+    "output_dir": "logdir",
+    "save_dir": "logdir",
+    "checkpoint_dir": "logdir",
+    "log_every_n_steps": "print_loss_steps",
+    "logging_steps": "print_loss_steps",
+    "save_steps": "save_checkpoint_steps",
+    "checkpoint_steps": "save_checkpoint_steps",
+    "eval_every": "eval_steps",
+    "val_check_interval": "eval_steps",
+    "eval_frequency": "eval_steps",
+    "keep_checkpoint_max": "num_checkpoints",
+    "max_to_keep": "num_checkpoints",
+    "save_total_limit": "num_checkpoints",
+    "precision": "dtype",
+    "mixed_precision": "dtype",
+    "loss_scale": "loss_scaling",
+    "scheduler": "lr_policy",
+    "lr_scheduler": "lr_policy",
+    "lr_schedule": "lr_policy",
+    "learning_rate_schedule": "lr_policy",
+    "learning_rate_control": "lr_policy",
+    "warmup_steps": "warmup.steps",
+    "horovod": "use_horovod",
+    "jit": "jit_compile",
+    "xla": "jit_compile",
+    "dataset": "data",
+    "data_layer": "data",
+    "data_layer_params": "data_params",
+    "encoder": "model",
+    "encoder_params": "model_params",
+    "network": "model",
+}
+
+
+def synonym(name, known):
+    """The opt-train key a user of another tool means by `name`, if it is among `known`.
+
+    `known` are the keys valid where `name` was written: a top-level key's synonym is
+    dotted (`lr` -> `optimizer_params.learning_rate`); inside a block its last part
+    counts (`lr` in `optimizer_params` -> `learning_rate`).
+    """
+    target = SYNONYMS.get(str(name).lower())
+    if target is None:
+        return None
+    known = set(map(str, known))
+    if target.split(".")[0] in known:
+        return target
+    leaf = target.split(".")[-1]
+    return leaf if leaf in known and leaf != name else None
+
+
+def strip_prefix(text):
+    """`tf.contrib.layers.l2_regularizer` -> `l2_regularizer`; other strings unchanged."""
+    if isinstance(text, str) and text.startswith(FOREIGN_PREFIXES):
+        return text.rsplit(".", 1)[-1]
+    return text
+
+
+class Pass:
+    """One compatibility pass over merged data: moves keys (with their file lines), collects issues and notes."""
+
+    def __init__(self, data, locations):
+        self.data = data
+        self.locations = locations
+        self.issues = []
+        self.notes = []
+
+    def issue(self, key, code, message, value=None):
+        file, line = locate(self.locations, key)
+        self.issues.append(ConfigIssue(file, line, key, code, message, value))
+
+    def note(self, key, message):
+        file, line = locate(self.locations, key)
+        where = f"{file}:{line}: " if file and line else ""
+        self.notes.append(f"{where}{key}: {message}")
+
+    def relocate(self, old, new):
+        """The file lines recorded under dotted `old` now belong to `new`."""
+        for key in [key for key in self.locations if key == old or key.startswith(old + ".")]:
+            self.locations[new + key[len(old):]] = self.locations.pop(key)
+
+    def rename(self, old, new, note=None):
+        """Top-level `old` becomes `new`; both given and different is a conflict at `old`."""
+        if old not in self.data:
+            return
+        value = self.data.pop(old)
+        if new in self.data and self.data[new] != value:
+            self.issue(old, "conflict", f"is {new} (OpenSeq2Seq's name); both are given and differ. "
+                       f"{new} is {self.data[new]!r}; set one", value)
+            return
+        self.data[new] = value
+        self.relocate(old, new)
+        if note:
+            self.note(new, note)
+
+
+def apply(data, locations):
+    """Rewrites `data` in place into opt-train's keys; returns `(issues, notes)`.
+
+    Issues are conflicts between a foreign spelling and the opt-train key; notes say
+    what opt-train does with an accepted foreign key, for `validate` and `train` to print.
+    """
+    if not isinstance(data, dict):
+        return [], []
+    step = Pass(data, locations)
+    optimizer_block(step)
+    learning_rate_in_policy(step)
+    dtype_spelling(step)
+    names_with_prefixes(step)
+    regularizer_spelling(step)
+    initializer_spelling(step)
+    step.rename("eval_batch_size_per_gpu", "eval_batch_size")
+    for key in ("lr_control", "early_stopping", "restore_best_checkpoint"):
+        if data.get(key) not in (None, False) and not data.get("eval_steps"):
+            step.issue(key, "conflict", "acts on each evaluation, so it needs eval_steps")
+    if data.get("print_samples_steps") is not None:
+        step.note("print_samples_steps", "the built-in models have no text samples to print; "
+                  "opt-train prints the loss every print_loss_steps and eval metrics every eval_steps")
+    return step.issues, step.notes
+
+
+def optimizer_block(step):
+    """RETURNN's `optimizer: {class: adam, epsilon: 1e-8}`: the name and its parameters."""
+    block = step.data.get("optimizer")
+    if not isinstance(block, dict) or "class" not in block:
+        return
+    block = dict(block)
+    name = block.pop("class")
+    params = step.data.get("optimizer_params")
+    params = dict(params) if isinstance(params, dict) else {}
+    for key, value in block.items():
+        if key in params and params[key] != value:
+            step.issue(f"optimizer.{key}", "conflict",
+                       f"is also optimizer_params.{key} ({params[key]!r}); set one", value)
+            continue
+        params[key] = value
+        step.relocate(f"optimizer.{key}", f"optimizer_params.{key}")
+    step.locations.pop("optimizer.class", None)
+    step.data["optimizer"] = resolved(name)
+    if params:
+        step.data["optimizer_params"] = params
+
+
+def resolved(name):
+    """The optimizer registry's display name for `name`, or `name` for the validator to report."""
+    from opt_train.optimizers import registry
+
+    try:
+        return registry.resolve(name)
+    except ValueError:
+        return name
+
+
+def learning_rate_in_policy(step):
+    """OpenSeq2Seq's policies take `learning_rate`: the same thing as optimizer_params.learning_rate."""
+    policy = step.data.get("lr_policy_params")
+    if not isinstance(policy, dict) or "learning_rate" not in policy:
+        return
+    optimizer = step.data.get("optimizer_params")
+    if optimizer is None:
+        optimizer = step.data["optimizer_params"] = {}
+    if not isinstance(optimizer, dict):
+        return  # the validator reports optimizer_params' type
+    rate = policy.pop("learning_rate")
+    if "learning_rate" in optimizer and not same_number(optimizer["learning_rate"], rate):
+        step.issue(
+            "lr_policy_params.learning_rate", "conflict",
+            "is the base rate optimizer_params.learning_rate, which is "
+            f"{optimizer['learning_rate']!r}; both are given and differ, set one", rate,
+        )
+        return
+    optimizer["learning_rate"] = rate
+    if "optimizer_params.learning_rate" not in step.locations:
+        step.relocate("lr_policy_params.learning_rate", "optimizer_params.learning_rate")
+    else:
+        step.locations.pop("lr_policy_params.learning_rate", None)
+
+
+def same_number(a, b):
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def dtype_spelling(step):
+    """`tf.float32`, `tensorflow.float16`, `tf.bfloat16` -> the dtype's own name."""
+    value = step.data.get("dtype")
+    if isinstance(value, str) and value.startswith(("tf.", "tensorflow.")):
+        step.data["dtype"] = strip_prefix(value)
+
+
+def names_with_prefixes(step):
+    """`tf.train.MomentumOptimizer`, `open_seq2seq.optimizers.novograd.NovoGrad`,
+    `open_seq2seq.optimizers.lr_policies.poly_decay`: opt-train's own class or policy."""
+    from opt_train.lr_policies import registry as policies
+    from opt_train.optimizers import registry as optimizers
+
+    for key, registry in (("optimizer", optimizers), ("lr_policy", policies)):
+        value = step.data.get(key)
+        if not isinstance(value, str) or not value.startswith(FOREIGN_PREFIXES):
+            continue
+        try:
+            step.data[key] = registry.resolve(strip_prefix(value))
+        except ValueError:
+            pass  # left as a dotted path: the builder imports it or names what is missing
+
+
+def regularizer_spelling(step):
+    value = step.data.get("regularizer")
+    if not isinstance(value, str):
+        return
+    name = strip_prefix(value)
+    if name in REGULARIZER_NAMES:
+        step.data["regularizer"] = REGULARIZER_NAMES[name]
+        if REGULARIZER_NAMES[name] == "tf1_l2":
+            step.note("regularizer", f"{value} is TF1's scale * sum(w^2) / 2 (opt-train's tf1_l2)")
+
+
+def initializer_spelling(step):
+    """A TF1 initializer and its TF1 parameters -> the Keras initializer with the same draw."""
+    value = step.data.get("initializer")
+    if not isinstance(value, str):
+        return
+    name = strip_prefix(value)
+    params = step.data.get("initializer_params")
+    params = dict(params) if isinstance(params, dict) else {}
+    if name not in INITIALIZERS:
+        return
+    keras_name, defaults = INITIALIZERS[name]
+    if value.startswith("tf.contrib.layers.variance_scaling") or (
+        name == "xavier_initializer" and params.get("uniform") is False
+    ):
+        defaults = dict(_CONTRIB_VS) if name != "xavier_initializer" else {
+            "scale": 1.0, "mode": "fan_avg", "distribution": "truncated_normal"}
+    keras_params = dict(defaults)
+    for key, item in params.items():
+        if key == "factor":  # tf.contrib.layers.variance_scaling_initializer
+            keras_params["scale"] = item
+        elif key == "mode" and isinstance(item, str):
+            keras_params["mode"] = item.lower()
+        elif key == "uniform":
+            if item:
+                keras_params["distribution"] = "uniform"
+        elif key == "dtype":
+            continue  # the dtype policy decides
+        else:
+            keras_params[key] = item
+    step.data["initializer"] = keras_name
+    if keras_params:
+        step.data["initializer_params"] = keras_params
+    step.note("initializer", f"{value} is Keras' {keras_name}({format_params(keras_params)}) "
+              "on every kernel of the built-in models")
+
+
+def format_params(params):
+    return ", ".join(f"{key}={value!r}" for key, value in params.items())
+
+
+def launcher_issues(config, world_size, use_horovod_launcher):
+    """`num_gpus` against the processes this run has: one line naming the fix when they differ.
+
+    OpenSeq2Seq ignores `num_gpus` under Horovod, and its Horovod configs write 1
+    there ("one GPU per process"); that is accepted. Any other number must be the
+    Horovod size; without Horovod, more than one GPU is `horovodrun -np N`.
+    """
+    wanted = getattr(config, "num_gpus", None)
+    if wanted is None or wanted == world_size:
+        return []
+    if config.use_horovod and wanted == 1:
+        return []
+    if config.use_horovod or use_horovod_launcher:
+        message = (f"asks for {wanted} GPUs but this run has {world_size} Horovod processes; "
+                   f"launch it with `horovodrun -np {wanted} opt-train train ...` or set num_gpus: {world_size}")
+    else:
+        message = (f"asks for {wanted} GPUs: opt-train runs one GPU per process, so set use_horovod: true "
+                   f"and launch `horovodrun -np {wanted} opt-train train ...` (or set num_gpus: 1)")
+    return [config.issue("num_gpus", message, "conflict", wanted)]
+
+
+# `lr_control`: the eval-driven learning-rate controls (opt_train/training/controls.py), with
+# their parameters' defaults. newbob / newbob_abs are RETURNN's (NewbobRelative / NewbobAbs,
+# default values from its learning_rate_control.py); plateau is Keras' ReduceLROnPlateau.
+LR_CONTROLS = {
+    "newbob": {
+        "monitor": "loss", "decay": 0.5, "growth": 1.0, "relative_error_threshold": -0.01,
+        "relative_error_div_by_old": False, "relative_error_relative_lr": False, "min_learning_rate": 0.0,
+    },
+    "newbob_abs": {"monitor": "loss", "decay": 0.5, "growth": 1.0, "error_threshold": -0.01,
+                   "min_learning_rate": 0.0},
+    "plateau": {"monitor": "loss", "factor": 0.1, "patience": 10, "min_delta": 1e-4, "cooldown": 0,
+                "min_lr": 0.0},
+}
+
+
+def _control_param(name, default):
+    """The rule of one `lr_control` / `early_stopping` parameter, from its name and default."""
+    if isinstance(default, bool):
+        rule = p.boolean
+    elif isinstance(default, str):
+        rule = p.string
+    elif isinstance(default, int):
+        rule = p.integer(0)
+    elif name in ("decay", "factor"):
+        rule = p.number(0, 1, low_open=True, high_open=True, strings=True)
+    elif name in ("min_learning_rate", "min_lr", "min_delta"):
+        rule = p.number(0, strings=True)
+    else:
+        rule = p.number(strings=True)
+    return p.Param(default, rule)
+
+
+LR_CONTROL_SPECS = {
+    mode: {name: _control_param(name, default) for name, default in defaults.items()}
+    for mode, defaults in LR_CONTROLS.items()
+}
+_LR_CONTROL_MODE = p.one_of(*LR_CONTROLS, kind="lr_control mode", lower=True)
+
+
+def lr_control(name, value):
+    """The `lr_control` block completed with its mode's defaults; a `ParamError` names the sub-key."""
+    params = p.mapping(name, value)
+    if params.get("mode") is None:
+        raise ParamError("mode", "missing", f"is required: one of {', '.join(LR_CONTROLS)}")
+    mode = _LR_CONTROL_MODE("mode", params.pop("mode"))
+    return {"mode": mode, **p.check_params(LR_CONTROL_SPECS[mode], params, f"lr_control {mode}")}
+
+
+EARLY_STOPPING = {"monitor": "loss", "patience": 0, "min_delta": 0.0}
+EARLY_STOPPING_SPEC = {name: _control_param(name, default) for name, default in EARLY_STOPPING.items()}
+
+
+def early_stopping(name, value):
+    """Keras' EarlyStopping parameters (mode min), defaults filled in."""
+    return p.check_params(EARLY_STOPPING_SPEC, p.mapping(name, value), "early_stopping")

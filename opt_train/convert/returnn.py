@@ -1,0 +1,185 @@
+"""RETURNN configs (top-level Python assignments) to opt-train keys."""
+
+from __future__ import annotations
+
+import os.path
+
+from opt_train.config.schema import FIELD_NAMES
+from opt_train.convert import Conversion
+from opt_train.convert.openseq2seq import finish, shown
+from opt_train.convert.pyconfig import Opaque, PyConfigError, Symbol, is_plain, plain, read_config
+
+# RETURNN's optimizer switches (`adam = True`) -> opt-train's optimizer.
+OPTIMIZER_FLAGS = {
+    "adam": "Adam", "nadam": "Nadam", "adadelta": "Adadelta", "adagrad": "Adagrad",
+    "rmsprop": "RMSProp", "adamax": "Adamax", "amsgrad": "AMSGrad",
+}
+# RETURNN keys with the same meaning under another name.
+RENAMED = {
+    "num_epochs": "num_epochs",
+    "random_seed": "random_seed",
+    "gradient_clip_global_norm": "max_grad_norm",
+    "accum_grad_multiple_step": "iter_size",
+}
+OPTIMIZER_PARAMS = {"optimizer_epsilon": "epsilon", "momentum": "momentum"}
+# Keys that describe the network, the data or the batching: opt-train's model / data replace them.
+NOT_CARRIED = {
+    "network": "choose `model` (mlp, cnn, transformer, or {factory: package.module:function})",
+    "train": "choose `data` and its `data_params`",
+    "dev": "evaluation uses `data`'s eval split",
+    "eval": "evaluation uses `data`'s eval split",
+    "extern_data": "the data's shapes come with `data`",
+    "num_inputs": "the data's shapes come with `data`",
+    "num_outputs": "the data's shapes come with `data`",
+    "batch_size": "RETURNN counts frames; set batch_size_per_gpu in sequences",
+    "max_seqs": "set batch_size_per_gpu in sequences",
+    "max_seq_length": "sequence lengths come with `data`",
+    "batching": "the data is shuffled with random_seed",
+    "chunking": "no chunking: sequences come whole from `data`",
+    "gradient_clip": "clipping each value has no opt-train stage; max_grad_norm clips by global norm",
+    "gradient_clip_norm": "clipping each tensor has no opt-train stage; max_grad_norm clips by global norm",
+    "gradient_noise": "comes with the gradient pipeline's open chain",
+    "save_interval": "checkpoints are every save_checkpoint_steps updates",
+    "learning_rate_control": "this control has no opt-train equivalent",
+    "learning_rate_file": "the learning rate is part of the checkpoint",
+    "pretrain": "no layer-wise pretraining",
+    "device": "the device is TensorFlow's choice; several GPUs are horovodrun -np N",
+}
+# Keys about RETURNN itself (logging, its backend, the task to run): nothing to carry.
+NEWBOB_MODES = {"newbob": "newbob", "newbob_rel": "newbob", "newbob_relative": "newbob",
+                "newbob_multi_epoch": "newbob", "newbob_abs": "newbob_abs"}
+# RETURNN's newbob parameters -> lr_control's (both spellings RETURNN reads).
+NEWBOB_PARAMS = {
+    "newbob_learning_rate_decay": "decay", "learning_rate_decay": "decay",
+    "newbob_learning_rate_growth": "growth", "learning_rate_growth": "growth",
+    "newbob_relative_error_threshold": "relative_error_threshold",
+    "newbob_relative_error_div_by_old": "relative_error_div_by_old", "relative_error_div_by_old": "relative_error_div_by_old",
+    "learning_rate_control_relative_error_relative_lr": "relative_error_relative_lr",
+    "newbob_error_threshold": "error_threshold",
+    "min_learning_rate": "min_learning_rate",
+}
+HOUSEKEEPING_PREFIXES = ("log", "debug", "tf_", "use_", "newbob", "learning_rate_control_", "cleanup_")
+HOUSEKEEPING = {"task", "model_dir", "multiprocessing", "update_on_device", "cache_size", "window",
+                "truncation", "stop_on_nonfinite_train_score", "gradient_nan_inf_filter", "target",
+                "use_learning_rate_control_always", "backend", "torch_amp", "behavior_version",
+                "use_tensorflow", "use_horovod", "horovod_reduce_type"}
+
+
+def convert_returnn(path):
+    names, lines = read_config(path)
+    settings = {key: value for key, value in names.items() if not isinstance(value, Symbol) and not key.startswith("_")}
+    if isinstance(settings.get("config"), dict):
+        # RETURNN-as-a-framework scripts write the whole config as `config = dict(...)`.
+        settings = {**{k: v for k, v in settings.items() if k != "config"}, **settings["config"]}
+    if not any(key in settings for key in ("network", "learning_rate", "optimizer", "train", "num_epochs")):
+        raise PyConfigError(path, 1, "none of network, train, learning_rate, optimizer, num_epochs: not a RETURNN config")
+    result = Conversion(source=path, kind="returnn")
+    data = result.data
+    optimizer_params, base_rate = {}, None
+    newbob_on = settings.get("learning_rate_control") in NEWBOB_MODES
+    for key, value in settings.items():
+        if newbob_on and key in NEWBOB_PARAMS:
+            continue  # read into lr_control by newbob()
+        if key in OPTIMIZER_FLAGS:
+            if value is True:
+                data["optimizer"] = OPTIMIZER_FLAGS[key]
+            continue
+        if key == "optimizer":
+            if is_plain(value):
+                data["optimizer"] = plain(value)  # {class: adam, ...}: the compat pass reads it
+            else:
+                result.drop(key, shown(value), "needs the config to run to be known; write the value")
+        elif key == "learning_rate":
+            optimizer_params["learning_rate"] = value
+        elif key in OPTIMIZER_PARAMS:
+            optimizer_params[OPTIMIZER_PARAMS[key]] = value
+        elif key == "learning_rates":
+            base_rate = learning_rates(result, value, settings)
+        elif key in RENAMED:
+            if isinstance(value, Opaque):
+                result.drop(key, value.source, "needs the config to run to be known; write the value")
+            elif key == "gradient_clip_global_norm" and not value:
+                continue  # 0 is off, as no max_grad_norm
+            else:
+                data[RENAMED[key]] = value
+                if key == "accum_grad_multiple_step":
+                    accumulate_as_sum(result)
+        elif key == "model":
+            if isinstance(value, str):
+                data["logdir"] = os.path.dirname(value) or value
+                result.notes.append(f"model: {value!r} names RETURNN's checkpoint prefix; logdir is its folder")
+            else:
+                result.drop(key, shown(value), "logdir: needs the config to run to be known; write the path")
+        elif key == "learning_rate_control" and value == "constant":
+            continue  # RETURNN's default: the rate the config gives
+        elif key == "learning_rate_control" and value in NEWBOB_MODES:
+            newbob(result, value, settings)
+        elif key in NOT_CARRIED:
+            if key == "gradient_clip" and not value:
+                continue  # 0 is off
+            result.drop(key, shown(value), NOT_CARRIED[key])
+        elif key in HOUSEKEEPING or key.startswith(HOUSEKEEPING_PREFIXES):
+            result.drop(key, shown(value), "RETURNN's own housekeeping; no effect in opt-train")
+        else:
+            result.drop(key, shown(value), "no opt-train equivalent")
+    if base_rate is not None:
+        optimizer_params["learning_rate"] = base_rate  # the piecewise policy's base: the first epoch's
+    if optimizer_params:
+        if all(is_plain(item) for item in optimizer_params.values()):
+            data["optimizer_params"] = {**optimizer_params, **data.get("optimizer_params", {})}
+        else:
+            result.drop("optimizer_params", shown(optimizer_params), "needs the config to run to be known")
+    data.setdefault("optimizer", "GradientDescent")  # RETURNN's optimizer when none is switched on
+    finish(result)
+    if data.get("optimizer") == "Nadam":
+        result.notes.append("optimizer nadam: opt-train's Nadam is Keras' (Dozat's momentum schedule); "
+                            "RETURNN's TF backend used TF1's NadamOptimizer, whose schedule differs")
+    return result
+
+
+def learning_rates(result, rates, settings):
+    """`learning_rates = [...]`, one rate per epoch: a piecewise policy switching at each epoch boundary.
+
+    After the list RETURNN's constant control goes back to `learning_rate`.
+    """
+    if not isinstance(rates, list) or not rates or not is_plain(rates):
+        result.drop("learning_rates", shown(rates), "needs the config to run to be known; write the list")
+        return None
+    base = float(rates[0])
+    after = settings.get("learning_rate", 1.0)  # RETURNN's default learning_rate is 1.0
+    values = [float(rate) for rate in rates[1:]] + [float(after)]
+    result.data["lr_policy"] = "piecewise"
+    result.data["lr_policy_params"] = {
+        "boundaries": list(range(1, len(rates) + 1)),
+        "decay_rates": [value / base for value in values],
+    }
+    return base
+    result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] (base {base}); "
+                        f"after the list, learning_rate ({after}). piecewise switches as OpenSeq2Seq's does, "
+                        "after the boundary's update: the first update of each epoch still has the old rate")
+
+
+def newbob(result, control, settings):
+    """`learning_rate_control = "newbob*"` and its parameters -> `lr_control`."""
+    from opt_train.config.compat import LR_CONTROLS
+
+    mode = NEWBOB_MODES[control]
+    block = {"mode": mode}
+    for key, name in NEWBOB_PARAMS.items():
+        if key in settings and name in LR_CONTROLS[mode] and is_plain(settings[key]):
+            block[name] = settings[key]
+    result.data["lr_control"] = block
+    result.drop("eval_steps", "(RETURNN: every epoch)",
+                "lr_control acts on each evaluation: set eval_steps to the updates in one epoch")
+    if control == "newbob_multi_epoch":
+        result.notes.append("learning_rate_control newbob_multi_epoch: lr_control newbob compares successive "
+                            "evaluations; RETURNN averaged newbob_multi_num_epochs sub-epoch scores")
+
+
+def accumulate_as_sum(result):
+    """RETURNN sums the accumulated gradients; opt-train's iter_size averages unless told otherwise."""
+    if "iter_size_mode" in FIELD_NAMES:
+        result.data["iter_size_mode"] = "sum"
+    else:
+        result.notes.append("accum_grad_multiple_step: RETURNN sums the accumulated gradients; "
+                            "iter_size averages them (scale learning_rate by iter_size for the same step)")

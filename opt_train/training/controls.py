@@ -1,0 +1,232 @@
+"""What acts on each evaluation: lr control (newbob, ReduceLROnPlateau), early stopping, the best checkpoint."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """`inner(step) * scale`: the lr policy as configured, times the factor the control sets."""
+
+    def __init__(self, inner, scale=1.0):
+        self.inner = inner
+        # float64: the factor is a product of many decays, each applied on the host.
+        self.scale = tf.Variable(float(scale), dtype=tf.float64, trainable=False, name="lr_control_scale")
+
+    def __call__(self, step):
+        rate = self.inner(step)
+        return rate * tf.cast(self.scale, rate.dtype)
+
+    def get_config(self):
+        return {"inner": keras.saving.serialize_keras_object(self.inner), "scale": float(self.scale.numpy())}
+
+
+class LearningRateControl:
+    """Reads each evaluation's `monitor` metric and sets the schedule's factor.
+
+    Its state (factor, best / last score, counters) is a set of variables in the
+    run's checkpoint, written after the evaluation at the same step, so a resumed
+    run continues the control exactly. Under Horovod rank 0 decides (it alone
+    evaluates) and the other ranks receive the state.
+    """
+
+    def __init__(self, params, schedule, backend):
+        self.params = dict(params)
+        self.mode = self.params.pop("mode")
+        self.schedule = schedule
+        self.backend = backend
+        self.state = {
+            "last": tf.Variable(np.nan, dtype=tf.float64, trainable=False),
+            "best": tf.Variable(np.inf, dtype=tf.float64, trainable=False),
+            "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "cooldown": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "evaluations": tf.Variable(0, dtype=tf.int64, trainable=False),
+        }
+
+    def checkpoint_items(self):
+        return {"lr_control": {"scale": self.schedule.scale, **self.state}}
+
+    def variables(self):
+        return [self.schedule.scale, *self.state.values()]
+
+    def after_evaluation(self, results, step, say=None):
+        """Updates the factor from `results[monitor]` (rank 0); returns the learning rate now in force.
+
+        `step` is the optimizer's update count: the policy's rate there is what
+        `min_learning_rate` / `min_lr` bound. `say` gets a line when the rate changes.
+        """
+        base_rate = float(self.schedule.inner(step))
+        before = float(self.schedule.scale.numpy())
+        if results:
+            score = results.get(self.params["monitor"])
+            if score is None:
+                raise ValueError(
+                    f"`lr_control.monitor` is not an eval metric. Received: monitor={self.params['monitor']!r}; "
+                    f"eval metrics: {', '.join(sorted(results))}"
+                )
+            getattr(self, f"_{self.mode}")(float(score), float(base_rate))
+        if self.backend.size > 1:
+            self.backend.broadcast_variables(self.variables(), root_rank=0)
+        after = float(self.schedule.scale.numpy())
+        if say and after != before:
+            say(f"lr_control ({self.mode}): learning rate {base_rate * before:.4g} -> {base_rate * after:.4g}")
+        return base_rate * after
+
+
+    # -- the rules -----------------------------------------------------------
+    def _scaled(self, decay, base_rate, minimum, grow):
+        """RETURNN's calc_learning_rate_decay_or_grow on lr = base_rate * scale."""
+        rate = base_rate * float(self.schedule.scale.numpy())
+        if decay:
+            rate *= self.params["decay"]
+            rate = max(rate, minimum)
+        elif grow:
+            rate *= self.params["growth"]
+        if base_rate > 0:
+            self.schedule.scale.assign(rate / base_rate)
+
+    def _newbob(self, score, base_rate):
+        """NewbobRelative: decay when (new - old) / |new| (or |old|) exceeds the threshold."""
+        old = float(self.state["last"].numpy())
+        self.state["last"].assign(score)
+        if np.isnan(old):
+            return
+        divisor = abs(old) if self.params["relative_error_div_by_old"] else abs(score)
+        relative = (score - old) / divisor
+        if self.params["relative_error_relative_lr"]:
+            # RETURNN divides by lr / initial lr: a lower rate is expected to improve less.
+            scale = float(self.schedule.scale.numpy())
+            if scale > 0:
+                relative /= scale
+        decay = relative > self.params["relative_error_threshold"]
+        self._scaled(decay, base_rate, self.params["min_learning_rate"], grow=not decay)
+
+    def _newbob_abs(self, score, base_rate):
+        """NewbobAbs: decay when new - old exceeds the threshold."""
+        old = float(self.state["last"].numpy())
+        self.state["last"].assign(score)
+        if np.isnan(old):
+            return
+        decay = score - old > self.params["error_threshold"]
+        self._scaled(decay, base_rate, self.params["min_learning_rate"], grow=not decay)
+
+    def _plateau(self, score, base_rate):
+        """Keras' ReduceLROnPlateau (mode min), step by step as its on_epoch_end."""
+        params, state = self.params, self.state
+        if state["cooldown"].numpy() > 0:
+            state["cooldown"].assign_sub(1)
+            state["wait"].assign(0)
+        if score < float(state["best"].numpy()) - params["min_delta"]:
+            state["best"].assign(score)
+            state["wait"].assign(0)
+        elif state["cooldown"].numpy() <= 0:
+            state["wait"].assign_add(1)
+            if state["wait"].numpy() >= params["patience"]:
+                rate = base_rate * float(self.schedule.scale.numpy())
+                if rate > np.float32(params["min_lr"]):
+                    new_rate = max(rate * params["factor"], params["min_lr"])
+                    self.schedule.scale.assign(new_rate / base_rate)
+                    state["cooldown"].assign(params["cooldown"])
+                    state["wait"].assign(0)
+        state["evaluations"].assign_add(1)
+
+
+
+class EarlyStopping:
+    """Keras' EarlyStopping (mode min): stop when `monitor` has not improved by `min_delta` for `patience` evaluations."""
+
+    def __init__(self, params):
+        self.params = params
+        self.state = {
+            "best": tf.Variable(np.inf, dtype=tf.float64, trainable=False),
+            "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "evaluations": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "stopped": tf.Variable(False, trainable=False),
+        }
+
+    def after_evaluation(self, score):
+        """True when training must stop (Keras' on_epoch_end, evaluation by evaluation)."""
+        state = self.state
+        epoch = int(state["evaluations"].numpy())
+        state["evaluations"].assign_add(1)
+        state["wait"].assign_add(1)
+        if score + self.params["min_delta"] < float(state["best"].numpy()):
+            state["best"].assign(score)
+            state["wait"].assign(0)
+            return False
+        if state["wait"].numpy() >= self.params["patience"] and epoch > 0:
+            state["stopped"].assign(True)
+        return bool(state["stopped"].numpy())
+
+
+class Controls:
+    """The run's controls that act after each evaluation, all restored exactly on resume.
+
+    `lr_control` (a factor on the lr policy), `early_stopping`, and
+    `restore_best_checkpoint` (the model with the best eval loss kept in
+    `logdir/best/`, which `opt-train eval` then reads). Under Horovod rank 0
+    evaluates and decides; the other ranks receive the state.
+    """
+
+    def __init__(self, run):
+        config = run.config
+        self.backend = run.backend
+        self.lr = None
+        if config.lr_control is not None and isinstance(run.schedule, ScaledSchedule):
+            self.lr = LearningRateControl(config.lr_control, run.schedule, run.backend)
+        self.early = EarlyStopping(config.early_stopping) if getattr(config, "early_stopping", None) else None
+        self.best_dir = os.path.join(config.logdir, "best") if getattr(config, "restore_best_checkpoint", False) else None
+        self.best = tf.Variable(np.inf, dtype=tf.float64, trainable=False)
+        self.manager = None
+
+    def checkpoint_items(self):
+        items = {}
+        if self.lr:
+            items.update(self.lr.checkpoint_items())
+        if self.early:
+            items["early_stopping"] = dict(self.early.state)
+        if self.best_dir:
+            items["best_eval_loss"] = self.best
+        return items
+
+    def attach(self, checkpoint, writer):
+        """The run's `tf.train.Checkpoint`, for the copy kept as the best one (rank 0 writes it)."""
+        if self.best_dir and writer:
+            self.manager = tf.train.CheckpointManager(checkpoint, self.best_dir, max_to_keep=1)
+
+    def stopped(self):
+        """True when early stopping ended the run (a restart trains nothing more)."""
+        return bool(self.early and self.early.state["stopped"].numpy())
+
+    def after_evaluation(self, results, step, updates, say):
+        """Acts on `results` (rank 0's; empty elsewhere). Returns True when training must stop."""
+        if self.lr:
+            self.lr.after_evaluation(results, updates, say)
+        if self.best_dir and results and self.manager:
+            if results["loss"] < float(self.best.numpy()):
+                self.best.assign(results["loss"])
+                self.manager.save(checkpoint_number=step)
+                say(f"best eval loss so far at step {step}: kept in {self.best_dir}")
+        stop = False
+        if self.early:
+            if results:
+                monitor = self.early.params["monitor"]
+                if monitor not in results:
+                    raise ValueError(f"`early_stopping.monitor` is not an eval metric. Received: monitor={monitor!r}")
+                self.early.after_evaluation(float(results[monitor]))
+            if self.backend.size > 1:
+                self.backend.broadcast_variables(list(self.early.state.values()), root_rank=0)
+            stop = self.stopped()
+            if stop:
+                say(f"early stopping at step {step}: eval {self.early.params['monitor']} has not improved "
+                    f"for {self.early.params['patience']} evaluations")
+        return stop
+
+
+def best_checkpoint(logdir):
+    """The checkpoint `restore_best_checkpoint` kept in `logdir/best`, or None."""
+    return tf.train.latest_checkpoint(os.path.join(logdir, "best"))

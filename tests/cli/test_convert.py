@@ -1,0 +1,62 @@
+"""`opt-train convert`: exit codes, --out, no TensorFlow, and a config file that is never run."""
+
+import pathlib
+import subprocess
+import sys
+
+import yaml
+
+FIXTURES = pathlib.Path(__file__).parents[1] / "compat"
+
+
+def test_convert_writes_yaml_that_validates(tmp_path, cli):
+    out = tmp_path / "resnet.yaml"
+    result = cli("convert", "openseq2seq", FIXTURES / "openseq2seq" / "image2label__resnet-50-v2.py", "--out", out)
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(out.read_text())
+    assert data["optimizer_params"] == {"momentum": 0.9, "learning_rate": 0.1}
+    assert data["regularizer"] == "tf1_l2"
+    assert cli("validate", "--config", out, "--set", "num_gpus=1").exit_code == 0
+
+
+def test_convert_never_runs_the_config_and_imports_no_tensorflow(tmp_path):
+    marker = tmp_path / "ran"
+    config = tmp_path / "evil.py"
+    config.write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "import tensorflow as tf\n"
+        "base_params = {'max_steps': 10, 'dtype': tf.float32, 'logdir': __import__('os').getcwd()}\n"
+    )
+    code = (
+        "import sys\nfrom opt_train.cli.main import main\n"
+        f"try:\n    main(['convert', 'openseq2seq', {str(config)!r}])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    assert "dtype: float32" in done.stdout
+    # What needed the config to run is listed, not guessed.
+    assert "#   logdir: __import__('os').getcwd()" in done.stdout
+
+
+def test_not_python_is_exit_2_with_the_line(tmp_path, cli):
+    config = tmp_path / "broken.py"
+    config.write_text("base_params = {\n  'max_steps': 10,\n  oops oops\n}\n")
+    result = cli("convert", "openseq2seq", config)
+    assert result.exit_code == 2
+    assert f"{config}:3: not valid Python" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_no_base_params_is_exit_2(tmp_path, cli):
+    config = tmp_path / "other.py"
+    config.write_text("params = {}\n")
+    result = cli("convert", "openseq2seq", config)
+    assert result.exit_code == 2
+    assert "no `base_params" in result.output
+
+
+def test_missing_file_is_exit_2(tmp_path, cli):
+    assert cli("convert", "returnn", tmp_path / "nothing.config").exit_code == 2
