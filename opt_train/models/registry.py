@@ -11,7 +11,7 @@ downloaded weights) or `{path: models/my_model.keras}` (a model saved with Keras
 from __future__ import annotations
 
 from opt_train.data import params as p
-from opt_train.suggest import Registry
+from opt_train.suggest import Registry, UnknownNameError
 
 # Keras 3 activation names (keras.activations.get accepts each; tests check that).
 ACTIVATIONS = (
@@ -79,7 +79,7 @@ KERAS_APPLICATIONS = (
     "ResNet101", "ResNet101V2", "ResNet152", "ResNet152V2", "ResNet50", "ResNet50V2",
     "VGG16", "VGG19", "Xception",
 )
-_APPLICATIONS_BY_KEY = {normalize(name): name for name in KERAS_APPLICATIONS}
+APPLICATIONS = Registry("keras application", KERAS_APPLICATIONS, param="keras_application")
 
 # Set by opt-train from the data (or never downloaded), so not the user's to give.
 APPLICATION_FIXED_PARAMS = ("weights", "input_shape", "input_tensor", "classes", "classifier_activation")
@@ -107,10 +107,7 @@ def is_factory(spec):
 
 def resolve_application(name):
     """The `keras.applications` constructor name (case and `_`/`-` ignored); raises UnknownNameError."""
-    canonical = _APPLICATIONS_BY_KEY.get(normalize(name)) if isinstance(name, str) else None
-    if canonical is None:
-        raise UnknownNameError("keras application", name, KERAS_APPLICATIONS)
-    return canonical
+    return APPLICATIONS.resolve(name)
 
 
 def check_spec(spec):
@@ -124,7 +121,7 @@ def check_spec(spec):
         )
     key, value = next(iter(spec.items()))
     if key not in SPEC_KEYS:
-        raise UnknownNameError("model spec key", key, SPEC_KEYS)
+        raise UnknownNameError("model spec key", key, SPEC_KEYS, code="unknown_key")
     if key == "factory":
         split_factory(spec)
         return dict(spec)
