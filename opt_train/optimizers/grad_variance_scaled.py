@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import check_range
+from opt_train.optimizers.base import check_range, keras_serializable
 from opt_train.optimizers.custom import BaseCustomOptimizer
 
 
+@keras_serializable
 class GradVarianceScaled(BaseCustomOptimizer):
     """Gradient descent whose step shrinks when `g` is far from its running average.
 
@@ -54,15 +55,15 @@ class GradVarianceScaled(BaseCustomOptimizer):
 
     def _apply(self, grad, var, lr, indices=None):
         dtype = var.dtype
-        m_rows = self._decay_and_add(self.slot(var, "m"), self.beta_1, grad, indices)
+        m_rows = self._decay_and_add(self.slot(var, "m"), "beta_1", grad, indices)
         variance = tf.math.squared_difference(grad, m_rows)
-        v_rows = self._decay_and_add(self.slot(var, "v"), self.beta_2, variance, indices)
-        factor = tf.minimum(v_rows / (variance + tf.cast(self.epsilon, dtype)), 1)
+        v_rows = self._decay_and_add(self.slot(var, "v"), "beta_2", variance, indices)
+        factor = tf.minimum(v_rows / (variance + self.hyper("epsilon", dtype)), 1)
         self._assign_sub(var, lr * grad * factor, indices)
 
     def _decay_and_add(self, average, beta, value, indices):
-        """Decays `average` everywhere, adds `(1 - beta) * value` at `indices`; returns those."""
-        beta = tf.cast(beta, average.dtype)
+        """Decays `average` by the hyperparameter named `beta` everywhere, adds `(1 - beta) * value` at `indices`; returns those."""
+        beta = self.hyper(beta, average.dtype)
         self._assign(average, beta * average)
         self._assign_add(average, (1 - beta) * value, indices)
         return self._gather(average, indices)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import keras
 
-from opt_train.optimizers.base import TF1OptimizerAPI
-from opt_train.optimizers.registry import reject_pipeline_arguments
+from opt_train.optimizers.base import TF1OptimizerAPI, keras_serializable
+from opt_train.optimizers.arguments import reject_pipeline_arguments
 
 _ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
 
@@ -83,7 +83,7 @@ def _wrap(display_name, keras_class, slot_attributes):
         f"Arguments, defaults and update rule are Keras's (see its docstring); slots "
         f"for `get_slot`: {', '.join(sorted(slot_attributes))}.\n"
     )
-    return type(
+    wrapper = type(
         display_name,
         (KerasFamilyMixin, keras_class),
         {
@@ -94,6 +94,7 @@ def _wrap(display_name, keras_class, slot_attributes):
             "_slot_attributes": dict(slot_attributes),
         },
     )
+    return keras_serializable(wrapper)
 
 
 WRAPPERS = {name: _wrap(name, cls, slots) for name, (cls, slots) in KERAS_CLASSES.items()}

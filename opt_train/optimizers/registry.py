@@ -11,6 +11,7 @@ import importlib
 import inspect
 from collections.abc import Mapping
 
+from opt_train.optimizers.arguments import PIPELINE_ARGUMENTS, reject_pipeline_arguments
 from opt_train.suggest import UnknownNameError, normalize
 
 _PACKAGE = "opt_train.optimizers"
@@ -90,25 +91,12 @@ PARAMETER_ALIASES = (
 )
 # Always renamed, whatever the class: the short TF / OpenSeq2Seq spelling.
 PARAMETER_RENAMES = {"lr": "learning_rate"}
-# Keras base arguments that duplicate the gradient pipeline -> the config key to use instead.
-PIPELINE_ARGUMENTS = {
-    "gradient_accumulation_steps": "iter_size",
-    "loss_scale_factor": "loss_scaling",
-}
 # Accepted in `optimizer_params` though Keras sets it by method, not constructor.
 POST_INIT_PARAMETERS = ("exclude_from_weight_decay",)
 # Constructor arguments that take Python objects (variables), never a YAML value.
-PYTHON_ONLY_PARAMETERS = ("var_list",)
-
-
-def reject_pipeline_arguments(params):
-    """Raises a ValueError for a Keras argument the opt-train gradient pipeline replaces."""
-    for name, replacement in PIPELINE_ARGUMENTS.items():
-        if params.get(name) is not None:
-            raise ValueError(
-                f"`{name}` is not offered: opt-train's gradient pipeline does this; set "
-                f"`{replacement}` in the config instead. Received: {name}={params[name]!r}"
-            )
+PYTHON_ONLY_PARAMETERS = ("var_list", "global_step")
+# Accepted by every opt-train class (TF1's), but not listed by `describe` for each one.
+COMMON_PARAMETERS = ("use_locking",)
 
 
 def is_path(name):
@@ -397,7 +385,13 @@ def _own_params(cls):
         name: default
         for name, default in signature_params(cls).items()
         if name == "learning_rate"
-        or (name not in PIPELINE_ARGUMENTS and name != "name" and base.get(name, object()) != default)
+        or (
+            name not in PIPELINE_ARGUMENTS
+            and name not in PYTHON_ONLY_PARAMETERS
+            and name not in COMMON_PARAMETERS
+            and name != "name"
+            and base.get(name, object()) != default
+        )
     }
 
 
