@@ -51,7 +51,11 @@ def _cases():
     v1 = tf.compat.v1.train
     return {
         # TF1's Adam has no sparse kernel: its sparse path decays all of m and v.
-        "Adam": (lambda: get("Adam", learning_rate=LEARNING_RATE), lambda: v1.AdamOptimizer(LEARNING_RATE), None),
+        "Adam": (
+            lambda: get("Adam", learning_rate=LEARNING_RATE),
+            lambda: v1.AdamOptimizer(LEARNING_RATE),
+            None,
+        ),
         # TF1 has no lazy Adam to compare with.
         "LazyAdam": (lambda: get("LazyAdam", learning_rate=LEARNING_RATE), None, None),
         "Adagrad": (

@@ -62,7 +62,10 @@ class GradVarianceScaled(BaseCustomOptimizer):
         self._assign_sub(var, lr * grad * factor, indices)
 
     def _decay_and_add(self, average, beta, value, indices):
-        """Decays `average` by the hyperparameter named `beta` everywhere, adds `(1 - beta) * value` at `indices`; returns those."""
+        """Decays `average` everywhere, adds `(1 - beta) * value` at `indices`; returns those.
+
+        `beta` names the hyperparameter (`"beta_1"`, `"beta_2"`).
+        """
         beta = self.hyper(beta, average.dtype)
         self._assign(average, beta * average)
         self._assign_add(average, (1 - beta) * value, indices)

@@ -102,8 +102,9 @@ def test_minimize_takes_tf1s_positional_order():
     ours = OPTIMIZER_CLS_NAMES["GradientDescent"](0.1)
     reference = V1.GradientDescentOptimizer(0.1)
     grad_loss = tf.constant(2.0)
-    ours.minimize(lambda: tf.reduce_sum(ours_var * ours_var), ours_step, [ours_var], 1, None, False, "m", grad_loss)
-    reference.minimize(lambda: tf.reduce_sum(ref_var * ref_var), ref_step, [ref_var], 1, None, False, "m", grad_loss)
+    positional = (1, None, False, "m", grad_loss)
+    ours.minimize(lambda: tf.reduce_sum(ours_var * ours_var), ours_step, [ours_var], *positional)
+    reference.minimize(lambda: tf.reduce_sum(ref_var * ref_var), ref_step, [ref_var], *positional)
     np.testing.assert_array_equal(ours_var.numpy(), ref_var.numpy())
     assert int(ours_step.numpy()) == int(ref_step.numpy()) == 1
 
@@ -128,7 +129,9 @@ def test_a_missing_gradient_warns_as_keras_does():
         optimizer.minimize(lambda: tf.reduce_sum(used * used), var_list=[used])
 
 
-@pytest.mark.parametrize("name", ["Adam", "Momentum", "Adagrad", "RMSProp", "Ftrl", "Adadelta", "GradientDescent"])
+@pytest.mark.parametrize(
+    "name", ["Adam", "Momentum", "Adagrad", "RMSProp", "Ftrl", "Adadelta", "GradientDescent"]
+)
 def test_use_locking_is_accepted_and_kept(name):
     params = {"momentum": 0.9} if name == "Momentum" else {}
     optimizer = OPTIMIZER_CLS_NAMES[name](learning_rate=0.1, use_locking=True, **params)
