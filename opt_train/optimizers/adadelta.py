@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, keras_serializable
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class Adadelta(Optimizer):
     r"""Adadelta (Zeiler, 2012) as TF1's `tf.compat.v1.train.AdadeltaOptimizer` computes it.
 
@@ -52,24 +53,20 @@ class Adadelta(Optimizer):
         self.add_slots(var_list, "accum")
         self.add_slots(var_list, "accum_update")
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        if is_sparse(gradient):
-            self._sparse_update(deduplicate(gradient), variable, lr)
-        else:
-            self._dense_update(tf.cast(gradient, variable.dtype), variable, lr)
+    def dense_kernel(self, variable):
+        return True
 
     def _next(self, accum, accum_update, gradient, dtype):
         """New accum, the step Delta and the new accum_update, for rows (the sparse path)."""
         # Evaluation order of TF's ApplyAdadelta kernel (sqrt * rsqrt * g).
-        rho = tf.cast(self.rho, dtype)
-        epsilon = tf.cast(self.epsilon, dtype)
+        rho = self.hyper("rho", dtype)
+        epsilon = self.hyper("epsilon", dtype)
         accum = accum * rho + tf.square(gradient) * (1 - rho)
         delta = tf.sqrt(accum_update + epsilon) * tf.math.rsqrt(accum + epsilon) * gradient
         accum_update = accum_update * rho + tf.square(delta) * (1 - rho)
         return accum, delta, accum_update
 
-    def _dense_update(self, gradient, variable, lr):
+    def fused_dense_update(self, gradient, variable, lr):
         # TF1's own fused kernel (what tf.compat.v1.train.AdadeltaOptimizer runs): one pass
         # over the variable and both slots instead of a chain of elementwise ops.
         dtype = variable.dtype
@@ -78,20 +75,20 @@ class Adadelta(Optimizer):
             accum=self.slot(variable, "accum").handle,
             accum_update=self.slot(variable, "accum_update").handle,
             lr=lr,
-            rho=tf.cast(self.rho, dtype),
-            epsilon=tf.cast(self.epsilon, dtype),
+            rho=self.hyper("rho", dtype),
+            epsilon=self.hyper("epsilon", dtype),
             grad=gradient,
-            use_locking=False,
+            use_locking=self.use_locking,
         )
 
-    def _sparse_update(self, gradient, variable, lr):
+    def sparse_update(self, gradient, variable, lr):
         indices = gradient.indices
         accum = self.slot(variable, "accum")
         accum_update = self.slot(variable, "accum_update")
         new_accum, delta, new_update = self._next(
-            tf.gather(accum.value, indices),
-            tf.gather(accum_update.value, indices),
-            tf.cast(gradient.values, variable.dtype),
+            gather_rows(accum, indices),
+            gather_rows(accum_update, indices),
+            gradient.values,
             variable.dtype,
         )
         self.assign(accum, tf.IndexedSlices(new_accum, indices))

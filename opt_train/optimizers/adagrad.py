@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, has_kernel, is_sparse, keras_serializable, may_be_positive
 from opt_train.optimizers.specs import check_args
 from opt_train.optimizers.gradient_descent import shrink
 
@@ -23,6 +23,7 @@ def _check_accumulator(initial_accumulator_value):
     check_args("Adagrad", initial_accumulator_value=initial_accumulator_value)
 
 
+@keras_serializable
 class Adagrad(Optimizer):
     """Adagrad, as TF1's `tf.compat.v1.train.AdagradOptimizer`.
 
@@ -61,26 +62,45 @@ class Adagrad(Optimizer):
         super().build(var_list)
         self.add_slots(var_list, "accumulator", self.initial_accumulator_value)
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        if not is_sparse(gradient) and has_kernel("ResourceApplyAdagrad", variable):
-            # TF1's own fused kernel, the one AdagradOptimizer runs: one pass over the
-            # variable and its accumulator instead of a chain of elementwise ops.
-            tf.raw_ops.ResourceApplyAdagrad(
-                var=variable.handle,
-                accum=self.slot(variable, "accumulator").handle,
-                lr=lr,
-                grad=tf.cast(gradient, variable.dtype),
-                use_locking=False,
-                update_slots=True,
-            )
-            return
-        values, indices, accumulated = accumulate_squares(self, variable, gradient)
-        if indices is not None:
-            step = values * lr * sparse_rsqrt(accumulated)
-            self.assign_sub(variable, tf.IndexedSlices(step, indices))
-            return
+    def dense_kernel(self, variable):
+        return has_kernel("ResourceApplyAdagrad", variable)
+
+    def sparse_kernel(self, variable):
+        return has_kernel("ResourceSparseApplyAdagrad", variable)
+
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own fused kernel, the one AdagradOptimizer runs: one pass over the
+        # variable and its accumulator instead of a chain of elementwise ops.
+        tf.raw_ops.ResourceApplyAdagrad(
+            var=variable.handle,
+            accum=self.slot(variable, "accumulator").handle,
+            lr=lr,
+            grad=gradient,
+            use_locking=self.use_locking,
+            update_slots=True,
+        )
+
+    def fused_sparse_update(self, gradient, variable, lr):
+        # TF1's sparse kernel (AdagradOptimizer's `_resource_apply_sparse`): touches the
+        # named rows of the variable and its accumulator only.
+        tf.raw_ops.ResourceSparseApplyAdagrad(
+            var=variable.handle,
+            accum=self.slot(variable, "accumulator").handle,
+            lr=lr,
+            grad=gradient.values,
+            indices=gradient.indices,
+            use_locking=self.use_locking,
+            update_slots=True,
+        )
+
+    def dense_update(self, gradient, variable, lr):
+        values, _, accumulated = accumulate_squares(self, variable, gradient)
         self.assign_sub(variable, values * lr * tf.math.rsqrt(accumulated))
+
+    def sparse_update(self, gradient, variable, lr):
+        values, indices, accumulated = accumulate_squares(self, variable, gradient)
+        step = values * lr * sparse_rsqrt(accumulated)
+        self.assign_sub(variable, tf.IndexedSlices(step, indices))
 
     def get_config(self):
         config = super().get_config()
@@ -88,6 +108,7 @@ class Adagrad(Optimizer):
         return config
 
 
+@keras_serializable
 class ProximalAdagrad(Adagrad):
     """Proximal Adagrad (FOBOS with Adagrad steps), as TF1's `ProximalAdagradOptimizer`.
 
@@ -137,49 +158,51 @@ class ProximalAdagrad(Adagrad):
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        if not is_sparse(gradient) and has_kernel("ResourceApplyProximalAdagrad", variable):
-            # TF1's own fused kernel (ProximalAdagradOptimizer's): one pass instead of a chain
-            # of ops. Its CPU kernel refuses lr <= 0 (a warm-up's first step): the ops take that.
-            tf.cond(
-                lr > 0,
-                lambda: self._fused_update(gradient, variable, lr),
-                lambda: self._update(gradient, variable, lr),
-            )
-            return
-        self._update(gradient, variable, lr)
+    def dense_kernel(self, variable):
+        return has_kernel("ResourceApplyProximalAdagrad", variable)
 
-    def _fused_update(self, gradient, variable, lr):
+    def sparse_kernel(self, variable):
+        return False
+
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own fused kernel (ProximalAdagradOptimizer's): one pass instead of a chain
+        # of ops. Its CPU kernel refuses lr <= 0 (a warm-up's first step): the ops take that.
+        tf.cond(
+            lr > 0,
+            lambda: self._kernel_update(gradient, variable, lr),
+            lambda: self.dense_update(gradient, variable, lr),
+        )
+
+    def _kernel_update(self, gradient, variable, lr):
         dtype = variable.dtype
         tf.raw_ops.ResourceApplyProximalAdagrad(
             var=variable.handle,
             accum=self.slot(variable, "accumulator").handle,
             lr=lr,
-            l1=tf.cast(self.l1_regularization_strength, dtype),
-            l2=tf.cast(self.l2_regularization_strength, dtype),
-            grad=tf.cast(gradient, dtype),
-            use_locking=False,
+            l1=self.hyper("l1_regularization_strength", dtype),
+            l2=self.hyper("l2_regularization_strength", dtype),
+            grad=gradient,
+            use_locking=self.use_locking,
         )
 
-    def _update(self, gradient, variable, lr):
-        """The update as separate ops: sparse gradients, and dense ones the kernel cannot take."""
-        values, indices, accumulated = accumulate_squares(self, variable, gradient)
-        if indices is not None:
-            alpha = lr * sparse_rsqrt(accumulated)
-            new_rows = self._proximal(tf.gather(variable, indices), values, alpha)
-            self.assign(variable, tf.IndexedSlices(new_rows, indices))
-            return
+    def dense_update(self, gradient, variable, lr):
+        values, _, accumulated = accumulate_squares(self, variable, gradient)
         alpha = tf.math.rsqrt(accumulated) * lr
         self.assign(variable, self._proximal(variable, values, alpha))
+
+    def sparse_update(self, gradient, variable, lr):
+        values, indices, accumulated = accumulate_squares(self, variable, gradient)
+        alpha = lr * sparse_rsqrt(accumulated)
+        new_rows = self._proximal(gather_rows(variable, indices), values, alpha)
+        self.assign(variable, tf.IndexedSlices(new_rows, indices))
 
     def _proximal(self, value, gradient, alpha):
         """The proximal step with per-element rate `alpha`."""
         dtype = value.dtype
         prox = value - gradient * alpha
-        alpha_l1 = alpha * tf.cast(self.l1_regularization_strength, dtype)
-        alpha_l2 = alpha * tf.cast(self.l2_regularization_strength, dtype)
-        return shrink(prox, alpha_l1, alpha_l2, self.l1_regularization_strength > 0)
+        alpha_l1 = alpha * self.hyper("l1_regularization_strength", dtype)
+        alpha_l2 = alpha * self.hyper("l2_regularization_strength", dtype)
+        return shrink(prox, alpha_l1, alpha_l2, may_be_positive(self.l1_regularization_strength))
 
     def get_config(self):
         config = super().get_config()
@@ -195,21 +218,19 @@ class ProximalAdagrad(Adagrad):
 def accumulate_squares(optimizer, variable, gradient):
     """Adds the squared gradient to `variable`'s "accumulator" slot, as TF1's Adagrad kernels.
 
-    A sparse gradient (de-duplicated first) touches only the rows it names.
-    Returns `(values, indices, accumulated)`: the gradient in the variable's
-    dtype, its row indices (None when dense) and the accumulator after the
-    update at those rows. The callers keep their own operation order after
-    this, which is what makes them bit-exact against their kernels.
+    `gradient` comes from the update template: in the variable's dtype and, when
+    sparse, with unique indices; a sparse one touches only the rows it names.
+    Returns `(values, indices, accumulated)`: the gradient values, its row
+    indices (None when dense) and the accumulator after the update at those
+    rows. The callers keep their own operation order after this, which is what
+    makes them bit-exact against their kernels.
     """
-    dtype = variable.dtype
     accumulator = optimizer.slot(variable, "accumulator")
     if is_sparse(gradient):
-        gradient = deduplicate(gradient)
-        values = tf.cast(gradient.values, dtype)
-        rows = tf.gather(accumulator, gradient.indices) + values * values
-        optimizer.assign(accumulator, tf.IndexedSlices(rows, gradient.indices))
-        return values, gradient.indices, rows
-    values = tf.cast(gradient, dtype)
-    accumulated = accumulator + values * values
+        values, indices = gradient.values, gradient.indices
+        rows = gather_rows(accumulator, indices) + values * values
+        optimizer.assign(accumulator, tf.IndexedSlices(rows, indices))
+        return values, indices, rows
+    accumulated = accumulator + gradient * gradient
     optimizer.assign(accumulator, accumulated)
-    return values, None, accumulated
+    return gradient, None, accumulated

@@ -5,18 +5,21 @@ from __future__ import annotations
 import tensorflow as tf
 
 from opt_train.errors import ParamError
-from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, has_kernel, keras_serializable, may_be_positive
 from opt_train.optimizers.specs import check_args
 
 DEFAULT_LEARNING_RATE = 0.01
 
 
+@keras_serializable
 class AdagradDA(Optimizer):
     """Adagrad dual averaging, as TF1's `tf.compat.v1.train.AdagradDAOptimizer`.
 
-    The step :math:`t` counts updates including this one: TF1 passes
-    `global_step + 1`; here it is `iterations + 1` (the optimizer's own
-    counter), so no global step needs to be passed in.
+    The step :math:`t` counts updates including this one: `global_step + 1`
+    when a `global_step` variable is given (as a keyword, or positionally in
+    TF1's signature `AdagradDAOptimizer(learning_rate, global_step, ...)` below;
+    the caller advances it, e.g. through `apply_gradients(..., global_step=...)`),
+    otherwise `iterations + 1` (the optimizer's own counter).
 
     .. math::
 
@@ -39,6 +42,9 @@ class AdagradDA(Optimizer):
         l1_regularization_strength: :math:`\\lambda_1`, >= 0. Defaults to `0.0`.
         l2_regularization_strength: :math:`\\lambda_2`, >= 0. Defaults to `0.0`.
         name: The optimizer's name. Defaults to `"AdagradDA"`.
+        global_step: An integer variable counting the updates applied so far,
+            as TF1 required; not part of the config. Defaults to `None` (the
+            optimizer's own `iterations`).
         **kwargs: The Keras base arguments.
     """
 
@@ -49,6 +55,7 @@ class AdagradDA(Optimizer):
         l1_regularization_strength=0.0,
         l2_regularization_strength=0.0,
         name="AdagradDA",
+        global_step=None,
         **kwargs,
     ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
@@ -66,6 +73,7 @@ class AdagradDA(Optimizer):
             l2_regularization_strength=l2_regularization_strength,
         )
         self.initial_gradient_squared_accumulator_value = initial_gradient_squared_accumulator_value
+        self.global_step = global_step
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength
 
@@ -80,51 +88,58 @@ class AdagradDA(Optimizer):
             self.initial_gradient_squared_accumulator_value,
         )
 
-    def update_step(self, gradient, variable, learning_rate):
+    def _step(self, dtype):
+        """t: the number of updates including this one (TF1: `global_step + 1`)."""
+        counter = self.iterations if self.global_step is None else self.global_step
+        return tf.cast(counter + 1, dtype)
+
+    def dense_kernel(self, variable):
+        # Only without l2: the kernel's l2 * (t * lr) rounds otherwise than (l2 * t) * lr.
+        return not may_be_positive(self.l2_regularization_strength) and has_kernel(
+            "ResourceApplyAdagradDA", variable
+        )
+
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own fused kernel (AdagradDAOptimizer's): one pass instead of a chain of ops.
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
-        step = tf.cast(self.iterations + 1, dtype)
+        tf.raw_ops.ResourceApplyAdagradDA(
+            var=variable.handle,
+            gradient_accumulator=self.slot(variable, "gradient_accumulator").handle,
+            gradient_squared_accumulator=self.slot(variable, "gradient_squared_accumulator").handle,
+            grad=gradient,
+            lr=lr,
+            l1=self.hyper("l1_regularization_strength", dtype),
+            l2=self.hyper("l2_regularization_strength", dtype),
+            global_step=self._step(tf.int64),
+            use_locking=self.use_locking,
+        )
+
+    def dense_update(self, gradient, variable, lr):
         sums = self.slot(variable, "gradient_accumulator")
         squares = self.slot(variable, "gradient_squared_accumulator")
-        if is_sparse(gradient):
-            gradient = deduplicate(gradient)
-            indices = gradient.indices
-            values = tf.cast(gradient.values, dtype)
-            new_sums = tf.gather(sums, indices) + values
-            new_squares = tf.gather(squares, indices) + values * values
-            self.assign(sums, tf.IndexedSlices(new_sums, indices))
-            self.assign(squares, tf.IndexedSlices(new_squares, indices))
-            rows = self._sparse_weights(new_sums, new_squares, lr, step)
-            self.assign(variable, tf.IndexedSlices(rows, indices))
-            return
-        gradient = tf.cast(gradient, dtype)
-        if self.l2_regularization_strength == 0 and has_kernel("ResourceApplyAdagradDA", variable):
-            # TF1's own fused kernel (AdagradDAOptimizer's): one pass instead of a chain of ops.
-            # Only without l2: the kernel's l2 * (t * lr) rounds otherwise than (l2 * t) * lr.
-            tf.raw_ops.ResourceApplyAdagradDA(
-                var=variable.handle,
-                gradient_accumulator=sums.handle,
-                gradient_squared_accumulator=squares.handle,
-                grad=gradient,
-                lr=lr,
-                l1=tf.cast(self.l1_regularization_strength, dtype),
-                l2=tf.cast(self.l2_regularization_strength, dtype),
-                global_step=tf.cast(self.iterations + 1, tf.int64),
-                use_locking=False,
-            )
-            return
         new_sums = sums + gradient
         new_squares = squares + gradient * gradient
         self.assign(sums, new_sums)
         self.assign(squares, new_squares)
-        self.assign(variable, self._weights(new_sums, new_squares, lr, step))
+        self.assign(variable, self._weights(new_sums, new_squares, lr, self._step(variable.dtype)))
+
+    def sparse_update(self, gradient, variable, lr):
+        sums = self.slot(variable, "gradient_accumulator")
+        squares = self.slot(variable, "gradient_squared_accumulator")
+        values, indices = gradient.values, gradient.indices
+        new_sums = gather_rows(sums, indices) + values
+        new_squares = gather_rows(squares, indices) + values * values
+        self.assign(sums, tf.IndexedSlices(new_sums, indices))
+        self.assign(squares, tf.IndexedSlices(new_squares, indices))
+        rows = self._sparse_weights(new_sums, new_squares, lr, self._step(variable.dtype))
+        self.assign(variable, tf.IndexedSlices(rows, indices))
 
     def _weights(self, sums, squares, lr, step):
         """The closed-form weights from the accumulators at step `step`."""
         dtype = sums.dtype
-        l1 = tf.cast(self.l1_regularization_strength, dtype)
-        l2 = tf.cast(self.l2_regularization_strength, dtype)
-        if self.l1_regularization_strength > 0:
+        l1 = self.hyper("l1_regularization_strength", dtype)
+        l2 = self.hyper("l2_regularization_strength", dtype)
+        if may_be_positive(self.l1_regularization_strength):
             sums = tf.sign(sums) * tf.maximum(tf.abs(sums) - l1 * step, 0.0)
         return (-lr * sums) / (l2 * step * lr + tf.sqrt(squares))
 
@@ -134,10 +149,10 @@ class AdagradDA(Optimizer):
         Mathematically equal to `_weights`; the arrangement decides the last bit.
         """
         dtype = sums.dtype
-        l1 = tf.cast(self.l1_regularization_strength, dtype)
-        l2 = tf.cast(self.l2_regularization_strength, dtype)
+        l1 = self.hyper("l1_regularization_strength", dtype)
+        l2 = self.hyper("l2_regularization_strength", dtype)
         averages = sums / step
-        if self.l1_regularization_strength > 0:
+        if may_be_positive(self.l1_regularization_strength):
             averages = tf.sign(sums) * tf.maximum(tf.abs(sums) / step - l1, 0.0)
         return -averages / (l2 + tf.sqrt(squares) / (step * lr))
 
@@ -153,3 +168,24 @@ class AdagradDA(Optimizer):
             }
         )
         return config
+
+
+def AdagradDAOptimizer(  # noqa: N802 - TF1's name, so TF1 code moves over unchanged
+    learning_rate,
+    global_step,
+    initial_gradient_squared_accumulator_value=0.1,
+    l1_regularization_strength=0.0,
+    l2_regularization_strength=0.0,
+    use_locking=False,
+    name="AdagradDA",
+):
+    """`AdagradDA` built with TF1's signature, `global_step` second (`tf.compat.v1.train`)."""
+    return AdagradDA(
+        learning_rate,
+        initial_gradient_squared_accumulator_value,
+        l1_regularization_strength,
+        l2_regularization_strength,
+        name=name,
+        global_step=global_step,
+        use_locking=use_locking,
+    )

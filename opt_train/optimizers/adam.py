@@ -5,10 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, keras_serializable
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class Adam(Optimizer):
     r"""Adam as TF1's `tf.compat.v1.train.AdamOptimizer` computes it.
 
@@ -73,10 +74,10 @@ class Adam(Optimizer):
         # pow(beta, t): 1 - beta_2^t cancels badly for small t, so the two
         # roundings differ by ~1e-5 relative in the first steps.
         self._beta_1_power = self.add_variable(
-            (), initializer=keras.initializers.Constant(self.beta_1), name="beta1_power"
+            (), initializer=keras.initializers.Constant(self.initial_value("beta_1")), name="beta1_power"
         )
         self._beta_2_power = self.add_variable(
-            (), initializer=keras.initializers.Constant(self.beta_2), name="beta2_power"
+            (), initializer=keras.initializers.Constant(self.initial_value("beta_2")), name="beta2_power"
         )
 
     def apply(self, grads, trainable_variables=None):
@@ -84,24 +85,13 @@ class Adam(Optimizer):
         grads = list(grads)
         super().apply(grads, trainable_variables)
         if grads:
-            self._beta_1_power.assign(self._beta_1_power * self.beta_1)
-            self._beta_2_power.assign(self._beta_2_power * self.beta_2)
-
-    def update_step(self, gradient, variable, learning_rate):
-        dtype = variable.dtype
-        learning_rate = tf.cast(learning_rate, dtype)
-        if is_sparse(gradient):
-            self._sparse_update(deduplicate(gradient), variable, self._step_size(learning_rate, dtype))
-        else:
-            self._dense_update(tf.cast(gradient, dtype), variable, learning_rate)
+            dtype = self._beta_1_power.dtype
+            self._beta_1_power.assign(self._beta_1_power * self.hyper("beta_1", dtype))
+            self._beta_2_power.assign(self._beta_2_power * self.hyper("beta_2", dtype))
 
     def _hyper(self, dtype):
         """beta_1, beta_2 and epsilon as tensors of the variable's dtype."""
-        return (
-            tf.cast(self.beta_1, dtype),
-            tf.cast(self.beta_2, dtype),
-            tf.cast(self.epsilon, dtype),
-        )
+        return self.hyper("beta_1", dtype), self.hyper("beta_2", dtype), self.hyper("epsilon", dtype)
 
     def _step_size(self, learning_rate, dtype):
         """lr_t: the learning rate with both bias corrections folded in."""
@@ -109,7 +99,10 @@ class Adam(Optimizer):
         beta_2_power = tf.cast(self._beta_2_power, dtype)
         return learning_rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
 
-    def _dense_update(self, gradient, variable, learning_rate):
+    def dense_kernel(self, variable):
+        return True
+
+    def fused_dense_update(self, gradient, variable, lr):
         # TF1's own fused kernel, the one tf.compat.v1.train.AdamOptimizer runs: one pass
         # over the variable, m and v, where the same math as separate ops makes a dozen
         # (~1/4 of a 784-1024-1024-10 MLP's step on a CPU).
@@ -121,19 +114,20 @@ class Adam(Optimizer):
             v=self.slot(variable, "v").handle,
             beta1_power=tf.cast(self._beta_1_power, dtype),
             beta2_power=tf.cast(self._beta_2_power, dtype),
-            lr=learning_rate,
+            lr=lr,
             beta1=beta_1,
             beta2=beta_2,
             epsilon=epsilon,
             grad=gradient,
-            use_locking=False,
+            use_locking=self.use_locking,
         )
 
-    def _sparse_update(self, gradient, variable, step_size):
-        # TF1: decay every row of m and v, then add the named rows' share.
+    def sparse_update(self, gradient, variable, lr):
+        # TF1: decay every row of m and v, then add the named rows' share. This reads
+        # the whole of m, v and the variable, as TF1's does; LazyAdam does not.
+        step_size = self._step_size(lr, variable.dtype)
         beta_1, beta_2, epsilon = self._hyper(variable.dtype)
-        values = tf.cast(gradient.values, variable.dtype)
-        indices = gradient.indices
+        values, indices = gradient.values, gradient.indices
         m = self.slot(variable, "m")
         v = self.slot(variable, "v")
         self.assign(m, m * beta_1)
@@ -150,6 +144,7 @@ class Adam(Optimizer):
         return config
 
 
+@keras_serializable
 class LazyAdam(Adam):
     r"""Adam that, for a sparse gradient, updates only the rows it names.
 
@@ -182,22 +177,15 @@ class LazyAdam(Adam):
         **kwargs: The Keras base arguments, as for `Adam`.
     """
 
-    def _sparse_update(self, gradient, variable, step_size):
+    def sparse_update(self, gradient, variable, lr):
+        step_size = self._step_size(lr, variable.dtype)
         beta_1, beta_2, epsilon = self._hyper(variable.dtype)
-        values = tf.cast(gradient.values, variable.dtype)
-        indices = gradient.indices
+        values, indices = gradient.values, gradient.indices
         m = self.slot(variable, "m")
         v = self.slot(variable, "v")
-        m_rows = beta_1 * _rows(m, indices) + (1 - beta_1) * values
-        v_rows = beta_2 * _rows(v, indices) + (1 - beta_2) * tf.square(values)
+        m_rows = beta_1 * gather_rows(m, indices) + (1 - beta_1) * values
+        v_rows = beta_2 * gather_rows(v, indices) + (1 - beta_2) * tf.square(values)
         self.assign(m, tf.IndexedSlices(m_rows, indices))
         self.assign(v, tf.IndexedSlices(v_rows, indices))
         delta = step_size * m_rows / (tf.sqrt(v_rows) + epsilon)
         self.assign_sub(variable, tf.IndexedSlices(delta, indices))
-
-
-def _rows(variable, indices):
-    """The rows `indices` of a Keras or tf variable, read without densifying it."""
-    if isinstance(variable, keras.Variable):
-        variable = variable.value
-    return tf.gather(variable, indices)

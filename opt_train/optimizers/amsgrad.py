@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import dense
+from opt_train.optimizers.base import dense, keras_serializable
 from opt_train.optimizers.specs import check_args
 from opt_train.optimizers.custom import BaseCustomOptimizer
 
 
+@keras_serializable
 class AMSGrad(BaseCustomOptimizer):
     """RETURNN's `AMSGradOptimizer` (Reddi et al. 2018, "On the Convergence of Adam and Beyond").
 
@@ -67,19 +68,22 @@ class AMSGrad(BaseCustomOptimizer):
         if var_list:
             self.build(list(var_list))
 
-    def update_step(self, gradient, variable, learning_rate):
-        super().update_step(dense(gradient), variable, learning_rate)
+    # RETURNN's rule is dense: a sparse gradient runs as its dense equivalent.
+    sum_duplicate_indices = False
+
+    def sparse_update(self, gradient, variable, lr):
+        self.dense_update(dense(gradient), variable, lr)
 
     def apply_rule(self, grad, var, lr, slots):
         dtype = var.dtype
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
+        beta_1 = self.hyper("beta_1", dtype)
+        beta_2 = self.hyper("beta_2", dtype)
         if self.decay:
             lr = lr / tf.sqrt(self.local_step(dtype))
         m = beta_1 * slots["m"] + (1 - beta_1) * grad
         v = beta_2 * slots["v"] + (1 - beta_2) * grad * grad
         v_hat = tf.maximum(slots["v_hat"], v)
-        update = lr * tf.math.divide_no_nan(m, tf.cast(self.epsilon, dtype) + tf.sqrt(v_hat))
+        update = lr * tf.math.divide_no_nan(m, self.hyper("epsilon", dtype) + tf.sqrt(v_hat))
         return update, {"m": m, "v": v, "v_hat": v_hat}
 
     def get_config(self):

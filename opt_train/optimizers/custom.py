@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
-from opt_train.optimizers.specs import RETURNN_LEARNING_RATE
-from opt_train.optimizers.specs import check_args
+from opt_train.optimizers.base import Optimizer, gather_rows, keras_serializable
+from opt_train.optimizers.specs import RETURNN_LEARNING_RATE, check_args
 
 
+@keras_serializable
 class BaseCustomOptimizer(Optimizer):
     """Base class of optimizers written as one update rule.
 
@@ -75,14 +75,11 @@ class BaseCustomOptimizer(Optimizer):
         for slot_name in self.slot_names:
             self.add_slots(var_list, slot_name)
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        if is_sparse(gradient):
-            gradient = deduplicate(gradient)
-            values = tf.cast(gradient.values, variable.dtype)
-            self._apply(values, variable, lr, indices=gradient.indices)
-        else:
-            self._apply(tf.cast(gradient, variable.dtype), variable, lr)
+    def dense_update(self, gradient, variable, lr):
+        self._apply(gradient, variable, lr)
+
+    def sparse_update(self, gradient, variable, lr):
+        self._apply(gradient.values, variable, lr, indices=gradient.indices)
 
     # -- the two levels a subclass may override -------------------------
     def apply_rule(self, grad, var, lr, slots):
@@ -130,6 +127,8 @@ class BaseCustomOptimizer(Optimizer):
         """The rows `indices` of `tensor`; all of it (read as a tensor) when None."""
         if indices is None:
             return tf.convert_to_tensor(tensor)
+        if hasattr(tensor, "handle"):
+            return gather_rows(tensor, indices)
         return tf.gather(tensor, indices)
 
     def _assign(self, ref, value, indices=None):
@@ -150,6 +149,7 @@ def _rows(value, indices):
     return value if indices is None else tf.IndexedSlices(value, indices)
 
 
+@keras_serializable
 class CustomGradientDescent(BaseCustomOptimizer):
     """Plain gradient descent written on `BaseCustomOptimizer` (RETURNN's example).
 
@@ -172,6 +172,7 @@ class CustomGradientDescent(BaseCustomOptimizer):
         return lr * grad
 
 
+@keras_serializable
 class CustomAdam(BaseCustomOptimizer):
     """Adam re-implemented on `BaseCustomOptimizer` (RETURNN's `CustomAdamOptimizer`).
 
@@ -211,12 +212,12 @@ class CustomAdam(BaseCustomOptimizer):
 
     def apply_rule(self, grad, var, lr, slots):
         dtype = var.dtype
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
+        beta_1 = self.hyper("beta_1", dtype)
+        beta_2 = self.hyper("beta_2", dtype)
         lr_t = lr * self._bias_correction(dtype)
         m = beta_1 * slots["m"] + (1 - beta_1) * grad
         v = beta_2 * slots["v"] + (1 - beta_2) * tf.square(grad)
-        update = lr_t * m / (tf.sqrt(v) + tf.cast(self.epsilon, dtype))
+        update = lr_t * m / (tf.sqrt(v) + self.hyper("epsilon", dtype))
         return update, {"m": m, "v": v}
 
     def _bias_correction(self, dtype):
@@ -227,8 +228,8 @@ class CustomAdam(BaseCustomOptimizer):
         betas as `dtype` holds them) gives the correctly rounded value.
         """
         step = self.local_step(tf.float64)
-        beta_1 = tf.cast(tf.cast(self.beta_1, dtype), tf.float64)
-        beta_2 = tf.cast(tf.cast(self.beta_2, dtype), tf.float64)
+        beta_1 = tf.cast(self.hyper("beta_1", dtype), tf.float64)
+        beta_2 = tf.cast(self.hyper("beta_2", dtype), tf.float64)
         correction = tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
         return tf.cast(correction, dtype)
 

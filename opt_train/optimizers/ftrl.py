@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
+
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, has_kernel, keras_serializable, may_be_positive
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class Ftrl(Optimizer):
     r"""FTRL-Proximal (McMahan et al., 2013) as TF1's `FtrlOptimizer` computes it.
 
@@ -92,82 +95,105 @@ class Ftrl(Optimizer):
         self.add_slots(var_list, "accum", initializer=self.initial_accumulator_value)
         self.add_slots(var_list, "linear")
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        accum = self.slot(variable, "accum")
-        linear = self.slot(variable, "linear")
-        if is_sparse(gradient):
-            gradient = deduplicate(gradient)
-            indices = gradient.indices
-            new_var, new_accum, new_linear = self._next(
-                tf.gather(variable, indices),
-                tf.gather(accum.value, indices),
-                tf.gather(linear.value, indices),
-                tf.cast(gradient.values, variable.dtype),
-                lr,
-            )
-            self.assign(linear, tf.IndexedSlices(new_linear, indices))
-            self.assign(variable, tf.IndexedSlices(new_var, indices))
-            self.assign(accum, tf.IndexedSlices(new_accum, indices))
-        elif self.learning_rate_power == -0.5 and has_kernel("ResourceApplyFtrl", variable):
-            # Other powers stay as ops: the kernel takes pow(n_t, -p) twice where they reuse it.
-            self._fused_update(tf.cast(gradient, variable.dtype), variable, accum, linear, lr)
-        else:
-            new_var, new_accum, new_linear = self._next(
-                tf.convert_to_tensor(variable),
-                tf.convert_to_tensor(accum),
-                tf.convert_to_tensor(linear),
-                tf.cast(gradient, variable.dtype),
-                lr,
-            )
-            self.assign(linear, new_linear)
-            self.assign(variable, new_var)
-            self.assign(accum, new_accum)
+    def _kernel_runs(self, op_name, variable):
+        # Other powers stay as ops: the kernel takes pow(n_t, -p) twice where they reuse it.
+        power = self.learning_rate_power
+        return _is_half(power) and has_kernel(op_name, variable)
 
-    def _fused_update(self, gradient, variable, accum, linear, lr):
+    def dense_kernel(self, variable):
+        return self._kernel_runs("ResourceApplyFtrl", variable)
+
+    def sparse_kernel(self, variable):
+        return self._kernel_runs("ResourceSparseApplyFtrl", variable)
+
+    def _kernel_arguments(self, variable, lr):
+        dtype = variable.dtype
+        return dict(
+            var=variable.handle,
+            accum=self.slot(variable, "accum").handle,
+            linear=self.slot(variable, "linear").handle,
+            lr=lr,
+            l1=self.hyper("l1_regularization_strength", dtype),
+            l2=self._l2(lr),
+            lr_power=self.hyper("learning_rate_power", dtype),
+            use_locking=self.use_locking,
+        )
+
+    def _shrinkage(self):
+        return may_be_positive(self.l2_shrinkage_regularization_strength)
+
+    def fused_dense_update(self, gradient, variable, lr):
         # TF1's own fused kernels, the ones FtrlOptimizer runs (V2 only with shrinkage): one
         # pass over the variable and both slots instead of a chain of elementwise ops.
-        dtype = variable.dtype
-        kwargs = dict(
-            var=variable.handle,
-            accum=accum.handle,
-            linear=linear.handle,
-            grad=gradient,
-            lr=lr,
-            l1=tf.cast(self.l1_regularization_strength, dtype),
-            l2=self._l2(lr),
-            lr_power=tf.cast(self.learning_rate_power, dtype),
-            use_locking=False,
-        )
-        if self.l2_shrinkage_regularization_strength > 0:
-            shrinkage = tf.cast(self.l2_shrinkage_regularization_strength, dtype)
-            tf.raw_ops.ResourceApplyFtrlV2(l2_shrinkage=shrinkage, **kwargs)
+        arguments = self._kernel_arguments(variable, lr)
+        if self._shrinkage():
+            shrinkage = self.hyper("l2_shrinkage_regularization_strength", variable.dtype)
+            tf.raw_ops.ResourceApplyFtrlV2(grad=gradient, l2_shrinkage=shrinkage, **arguments)
         else:
-            tf.raw_ops.ResourceApplyFtrl(**kwargs)
+            tf.raw_ops.ResourceApplyFtrl(grad=gradient, **arguments)
+
+    def fused_sparse_update(self, gradient, variable, lr):
+        # TF1's sparse kernels (FtrlOptimizer's `_resource_apply_sparse`): the named rows only.
+        arguments = self._kernel_arguments(variable, lr)
+        arguments.update(grad=gradient.values, indices=gradient.indices)
+        if self._shrinkage():
+            shrinkage = self.hyper("l2_shrinkage_regularization_strength", variable.dtype)
+            tf.raw_ops.ResourceSparseApplyFtrlV2(l2_shrinkage=shrinkage, **arguments)
+        else:
+            tf.raw_ops.ResourceSparseApplyFtrl(**arguments)
+
+    def dense_update(self, gradient, variable, lr):
+        accum = self.slot(variable, "accum")
+        linear = self.slot(variable, "linear")
+        new_var, new_accum, new_linear = self._next(
+            tf.convert_to_tensor(variable),
+            tf.convert_to_tensor(accum),
+            tf.convert_to_tensor(linear),
+            gradient,
+            lr,
+        )
+        self.assign(linear, new_linear)
+        self.assign(variable, new_var)
+        self.assign(accum, new_accum)
+
+    def sparse_update(self, gradient, variable, lr):
+        accum = self.slot(variable, "accum")
+        linear = self.slot(variable, "linear")
+        indices = gradient.indices
+        new_var, new_accum, new_linear = self._next(
+            gather_rows(variable, indices),
+            gather_rows(accum, indices),
+            gather_rows(linear, indices),
+            gradient.values,
+            lr,
+        )
+        self.assign(linear, tf.IndexedSlices(new_linear, indices))
+        self.assign(variable, tf.IndexedSlices(new_var, indices))
+        self.assign(accum, tf.IndexedSlices(new_accum, indices))
 
     def _l2(self, lr):
         """l2 with beta folded in at the current rate, as TF1's `FtrlOptimizer._prepare`."""
         dtype = lr.dtype
-        return tf.cast(self.l2_regularization_strength, dtype) + tf.cast(
-            self.beta, dtype
-        ) / (2 * tf.maximum(lr, tf.cast(1e-36, dtype)))
+        return self.hyper("l2_regularization_strength", dtype) + self.hyper("beta", dtype) / (
+            2 * tf.maximum(lr, tf.cast(1e-36, dtype))
+        )
 
     def _accum_power(self, accum):
         """n^(-p); a square root for the common p = -0.5, as TF's kernel does."""
-        if self.learning_rate_power == -0.5:
+        if _is_half(self.learning_rate_power):
             return tf.sqrt(accum)
-        return tf.pow(accum, tf.cast(-self.learning_rate_power, accum.dtype))
+        return tf.pow(accum, -self.hyper("learning_rate_power", accum.dtype))
 
     def _next(self, variable, accum, linear, gradient, lr):
         """New (variable, accum, linear) for whole tensors or gathered rows."""
         # Evaluation order of TF's ApplyFtrl / ApplyFtrlV2 kernels, so that
         # results agree with them to the last bits.
         dtype = variable.dtype
-        l1 = tf.cast(self.l1_regularization_strength, dtype)
+        l1 = self.hyper("l1_regularization_strength", dtype)
         l2 = self._l2(lr)
         shrunk = gradient
-        if self.l2_shrinkage_regularization_strength > 0:
-            shrinkage = tf.cast(2 * self.l2_shrinkage_regularization_strength, dtype)
+        if self._shrinkage():
+            shrinkage = 2 * self.hyper("l2_shrinkage_regularization_strength", dtype)
             shrunk = gradient + shrinkage * variable
         new_accum = accum + gradient * gradient
         new_accum_power = self._accum_power(new_accum)
@@ -193,3 +219,8 @@ class Ftrl(Optimizer):
             }
         )
         return config
+
+
+def _is_half(power):
+    """Whether `learning_rate_power` is known now to be the common -0.5 (not a callable or tensor)."""
+    return isinstance(power, numbers.Real) and power == -0.5

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from opt_train.optimizers.base import keras_serializable
 from opt_train.optimizers.custom import BaseCustomOptimizer
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class GradVarianceScaled(BaseCustomOptimizer):
     """Gradient descent whose step shrinks when `g` is far from its running average.
 
@@ -52,15 +54,18 @@ class GradVarianceScaled(BaseCustomOptimizer):
 
     def _apply(self, grad, var, lr, indices=None):
         dtype = var.dtype
-        m_rows = self._decay_and_add(self.slot(var, "m"), self.beta_1, grad, indices)
+        m_rows = self._decay_and_add(self.slot(var, "m"), "beta_1", grad, indices)
         variance = tf.math.squared_difference(grad, m_rows)
-        v_rows = self._decay_and_add(self.slot(var, "v"), self.beta_2, variance, indices)
-        factor = tf.minimum(v_rows / (variance + tf.cast(self.epsilon, dtype)), 1)
+        v_rows = self._decay_and_add(self.slot(var, "v"), "beta_2", variance, indices)
+        factor = tf.minimum(v_rows / (variance + self.hyper("epsilon", dtype)), 1)
         self._assign_sub(var, lr * grad * factor, indices)
 
     def _decay_and_add(self, average, beta, value, indices):
-        """Decays `average` everywhere, adds `(1 - beta) * value` at `indices`; returns those."""
-        beta = tf.cast(beta, average.dtype)
+        """Decays `average` everywhere, adds `(1 - beta) * value` at `indices`; returns those.
+
+        `beta` names the hyperparameter (`"beta_1"`, `"beta_2"`).
+        """
+        beta = self.hyper(beta, average.dtype)
         self._assign(average, beta * average)
         self._assign_add(average, (1 - beta) * value, indices)
         return self._gather(average, indices)

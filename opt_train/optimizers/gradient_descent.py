@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, has_kernel, keras_serializable, may_be_positive
 from opt_train.optimizers.specs import check_args
 
 DEFAULT_LEARNING_RATE = 0.01
@@ -21,6 +21,7 @@ def shrink(prox_var, alpha_l1, alpha_l2, use_l1):
     return prox_var / (1.0 + alpha_l2)
 
 
+@keras_serializable
 class GradientDescent(Optimizer):
     """Plain gradient descent, as TF1's `tf.compat.v1.train.GradientDescentOptimizer`.
 
@@ -43,22 +44,26 @@ class GradientDescent(Optimizer):
     def __init__(self, learning_rate=DEFAULT_LEARNING_RATE, name="GradientDescent", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        if is_sparse(gradient):
-            values = tf.cast(gradient.values, variable.dtype)
-            self.assign_sub(variable, tf.IndexedSlices(values * lr, gradient.indices))
-            return
-        gradient = tf.cast(gradient, variable.dtype)
-        if has_kernel("ResourceApplyGradientDescent", variable):
-            # TF1's own kernel, the one GradientDescentOptimizer runs: one pass over the variable.
-            tf.raw_ops.ResourceApplyGradientDescent(
-                var=variable.handle, alpha=lr, delta=gradient, use_locking=False
-            )
-            return
+    # TF1 scatters a sparse gradient as it is: a row named twice gets both contributions.
+    sum_duplicate_indices = False
+
+    def dense_kernel(self, variable):
+        return has_kernel("ResourceApplyGradientDescent", variable)
+
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own kernel, the one GradientDescentOptimizer runs: one pass over the variable.
+        tf.raw_ops.ResourceApplyGradientDescent(
+            var=variable.handle, alpha=lr, delta=gradient, use_locking=self.use_locking
+        )
+
+    def dense_update(self, gradient, variable, lr):
         self.assign_sub(variable, gradient * lr)
 
+    def sparse_update(self, gradient, variable, lr):
+        self.assign_sub(variable, tf.IndexedSlices(gradient.values * lr, gradient.indices))
 
+
+@keras_serializable
 class ProximalGradientDescent(Optimizer):
     """Proximal gradient descent (FOBOS), as TF1's `ProximalGradientDescentOptimizer`.
 
@@ -97,33 +102,35 @@ class ProximalGradientDescent(Optimizer):
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength
 
-    def update_step(self, gradient, variable, learning_rate):
+    def _shrink(self, prox, lr):
+        dtype = prox.dtype
+        alpha_l1 = lr * self.hyper("l1_regularization_strength", dtype)
+        alpha_l2 = lr * self.hyper("l2_regularization_strength", dtype)
+        return shrink(prox, alpha_l1, alpha_l2, may_be_positive(self.l1_regularization_strength))
+
+    def dense_kernel(self, variable):
+        return has_kernel("ResourceApplyProximalGradientDescent", variable)
+
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own fused kernel, the one ProximalGradientDescentOptimizer runs (the same
+        # shrink, skipping the soft-threshold when l1 is 0): one pass over the variable.
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
-        alpha_l1 = lr * tf.cast(self.l1_regularization_strength, dtype)
-        alpha_l2 = lr * tf.cast(self.l2_regularization_strength, dtype)
-        use_l1 = self.l1_regularization_strength > 0
-        if is_sparse(gradient):
-            gradient = deduplicate(gradient)
-            rows = tf.gather(variable, gradient.indices)
-            prox = rows - tf.cast(gradient.values, dtype) * lr
-            new_rows = shrink(prox, alpha_l1, alpha_l2, use_l1)
-            self.assign(variable, tf.IndexedSlices(new_rows, gradient.indices))
-            return
-        if has_kernel("ResourceApplyProximalGradientDescent", variable):
-            # TF1's own fused kernel, the one ProximalGradientDescentOptimizer runs (the same
-            # shrink, skipping the soft-threshold when l1 is 0): one pass over the variable.
-            tf.raw_ops.ResourceApplyProximalGradientDescent(
-                var=variable.handle,
-                alpha=lr,
-                l1=tf.cast(self.l1_regularization_strength, dtype),
-                l2=tf.cast(self.l2_regularization_strength, dtype),
-                delta=tf.cast(gradient, dtype),
-                use_locking=False,
-            )
-            return
-        prox = variable - tf.cast(gradient, dtype) * lr
-        self.assign(variable, shrink(prox, alpha_l1, alpha_l2, use_l1))
+        tf.raw_ops.ResourceApplyProximalGradientDescent(
+            var=variable.handle,
+            alpha=lr,
+            l1=self.hyper("l1_regularization_strength", dtype),
+            l2=self.hyper("l2_regularization_strength", dtype),
+            delta=gradient,
+            use_locking=self.use_locking,
+        )
+
+    def dense_update(self, gradient, variable, lr):
+        self.assign(variable, self._shrink(variable - gradient * lr, lr))
+
+    def sparse_update(self, gradient, variable, lr):
+        rows = gather_rows(variable, gradient.indices)
+        new_rows = self._shrink(rows - gradient.values * lr, lr)
+        self.assign(variable, tf.IndexedSlices(new_rows, gradient.indices))
 
     def get_config(self):
         config = super().get_config()

@@ -18,8 +18,9 @@ import inspect
 
 import keras
 
-from opt_train.optimizers.base import TF1OptimizerAPI
+from opt_train.optimizers.base import TF1OptimizerAPI, keras_serializable
 from opt_train.optimizers.specs import OPTIMIZER_PARAMS, base_args, check_args
+
 
 _ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
 
@@ -93,7 +94,7 @@ def _wrap(display_name, keras_class, slot_attributes):
         f"Arguments, defaults and update rule are Keras's (see its docstring); slots "
         f"for `get_slot`: {', '.join(sorted(slot_attributes))}.\n"
     )
-    return type(
+    wrapper = type(
         display_name,
         (KerasFamilyMixin, keras_class),
         {
@@ -104,6 +105,7 @@ def _wrap(display_name, keras_class, slot_attributes):
             "_slot_attributes": dict(slot_attributes),
         },
     )
+    return keras_serializable(wrapper)
 
 
 WRAPPERS = {name: _wrap(name, cls, slots) for name, (cls, slots) in KERAS_CLASSES.items()}

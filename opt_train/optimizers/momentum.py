@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, has_kernel, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, has_kernel, keras_serializable
 from opt_train.optimizers.specs import check_args
 
 DEFAULT_LEARNING_RATE = 0.01
 
 
+@keras_serializable
 class Momentum(Optimizer):
     """Momentum, as TF1's `tf.compat.v1.train.MomentumOptimizer`.
 
@@ -60,36 +61,45 @@ class Momentum(Optimizer):
         super().build(var_list)
         self.add_slots(var_list, "momentum")
 
-    def update_step(self, gradient, variable, learning_rate):
-        dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
-        momentum = tf.cast(self.momentum, dtype)
+    def dense_kernel(self, variable):
+        return has_kernel("ResourceApplyMomentum", variable)
+
+    def sparse_kernel(self, variable):
+        return has_kernel("ResourceSparseApplyMomentum", variable)
+
+    def _kernel_arguments(self, variable, lr):
+        return dict(
+            var=variable.handle,
+            accum=self.slot(variable, "momentum").handle,
+            lr=lr,
+            momentum=self.hyper("momentum", variable.dtype),
+            use_locking=self.use_locking,
+            use_nesterov=self.use_nesterov,
+        )
+
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own fused kernel, the one MomentumOptimizer runs: one pass over the
+        # variable and its accumulator, where separate ops make several.
+        tf.raw_ops.ResourceApplyMomentum(grad=gradient, **self._kernel_arguments(variable, lr))
+
+    def fused_sparse_update(self, gradient, variable, lr):
+        # TF1's sparse kernel: the named rows of the variable and accumulator only.
+        tf.raw_ops.ResourceSparseApplyMomentum(
+            grad=gradient.values, indices=gradient.indices, **self._kernel_arguments(variable, lr)
+        )
+
+    def dense_update(self, gradient, variable, lr):
+        momentum = self.hyper("momentum", variable.dtype)
         accumulator = self.slot(variable, "momentum")
-        if is_sparse(gradient):
-            self._sparse_update(deduplicate(gradient), variable, accumulator, lr, momentum)
-            return
-        gradient = tf.cast(gradient, dtype)
-        if has_kernel("ResourceApplyMomentum", variable):
-            # TF1's own fused kernel, the one MomentumOptimizer runs: one pass over the
-            # variable and its accumulator, where separate ops make several.
-            tf.raw_ops.ResourceApplyMomentum(
-                var=variable.handle,
-                accum=accumulator.handle,
-                lr=lr,
-                grad=gradient,
-                momentum=momentum,
-                use_locking=False,
-                use_nesterov=self.use_nesterov,
-            )
-            return
         new_accumulator = accumulator * momentum + gradient
         self.assign(accumulator, new_accumulator)
         self.assign_sub(variable, self._step(gradient, new_accumulator, lr, momentum))
 
-    def _sparse_update(self, gradient, variable, accumulator, lr, momentum):
-        indices = gradient.indices
-        values = tf.cast(gradient.values, variable.dtype)
-        new_rows = tf.gather(accumulator, indices) * momentum + values
+    def sparse_update(self, gradient, variable, lr):
+        momentum = self.hyper("momentum", variable.dtype)
+        accumulator = self.slot(variable, "momentum")
+        values, indices = gradient.values, gradient.indices
+        new_rows = gather_rows(accumulator, indices) * momentum + values
         self.assign(accumulator, tf.IndexedSlices(new_rows, indices))
         if self.use_nesterov:
             # TF's sparse kernel folds momentum * lr into one scalar first.

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from opt_train.optimizers.base import keras_serializable
 from opt_train.optimizers.custom import BaseCustomOptimizer
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class NeuralOptimizer1(BaseCustomOptimizer):
     """Gradient descent that shrinks the step where the gradient disagrees with its average.
 
@@ -51,12 +53,12 @@ class NeuralOptimizer1(BaseCustomOptimizer):
         self.decrease_factor = decrease_factor
 
     def _apply(self, grad, var, lr, indices=None):
-        beta_1 = tf.cast(self.beta_1, var.dtype)
+        beta_1 = self.hyper("beta_1", var.dtype)
         m = self.slot(var, "m")
         self._assign(m, beta_1 * m)
         self._assign_add(m, (1 - beta_1) * grad, indices)
         agrees = tf.equal(tf.sign(self._gather(m, indices)), tf.sign(grad))
-        factor = tf.where(agrees, tf.ones_like(grad), tf.cast(self.decrease_factor, var.dtype))
+        factor = tf.where(agrees, tf.ones_like(grad), self.hyper("decrease_factor", var.dtype))
         self._assign_sub(var, lr * grad * factor, indices)
 
     def get_config(self):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from opt_train.optimizers.base import keras_serializable
 from opt_train.optimizers.custom import CustomGradientDescent
 
 
+@keras_serializable
 class NormalizedSGD(CustomGradientDescent):
     """Gradient descent with each variable's gradient scaled to unit L2 norm.
 

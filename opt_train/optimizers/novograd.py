@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
+
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, keras_serializable, may_be_positive
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class NovoGrad(Optimizer):
     r"""NovoGrad (Ginsburg et al., 2019) in OpenSeq2Seq's form.
 
@@ -97,27 +100,23 @@ class NovoGrad(Optimizer):
             for _ in var_list
         ]
 
-    def update_step(self, gradient, variable, learning_rate):
+    def dense_update(self, gradient, variable, lr):
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
-        if is_sparse(gradient):
-            gradient = deduplicate(gradient)
-            indices = gradient.indices
-            values = tf.cast(gradient.values, dtype)
-            scale = tf.cast(self._normaliser(variable, values), dtype)
-            rows = tf.gather(variable, indices)
-            step = self._scaled(values * scale, rows)
-            momentum = self.slot(variable, "momentum")
-            new_rows = tf.gather(momentum.value, indices) * tf.cast(self.beta_1, dtype) + step
-            self.assign(momentum, tf.IndexedSlices(new_rows, indices))
-            self.assign_sub(variable, tf.IndexedSlices(new_rows * lr, indices))
-        else:
-            gradient = tf.cast(gradient, dtype)
-            scale = tf.cast(self._normaliser(variable, gradient), dtype)
-            step = self._scaled(gradient * scale, tf.convert_to_tensor(variable))
-            momentum = self.slot(variable, "momentum")
-            self.assign(momentum, momentum * tf.cast(self.beta_1, dtype) + step)
-            self.assign_sub(variable, momentum * lr)
+        scale = tf.cast(self._normaliser(variable, gradient), dtype)
+        step = self._scaled(gradient * scale, tf.convert_to_tensor(variable))
+        momentum = self.slot(variable, "momentum")
+        self.assign(momentum, momentum * self.hyper("beta_1", dtype) + step)
+        self.assign_sub(variable, momentum * lr)
+
+    def sparse_update(self, gradient, variable, lr):
+        dtype = variable.dtype
+        values, indices = gradient.values, gradient.indices
+        scale = tf.cast(self._normaliser(variable, values), dtype)
+        step = self._scaled(values * scale, gather_rows(variable, indices))
+        momentum = self.slot(variable, "momentum")
+        new_rows = gather_rows(momentum, indices) * self.hyper("beta_1", dtype) + step
+        self.assign(momentum, tf.IndexedSlices(new_rows, indices))
+        self.assign_sub(variable, tf.IndexedSlices(new_rows * lr, indices))
 
     def _normaliser(self, variable, gradient):
         """Updates this variable's second moment; returns 1 / sqrt(v_t + epsilon) (float32)."""
@@ -127,19 +126,27 @@ class NovoGrad(Optimizer):
         ema = tf.where(
             tf.equal(grads_ema, 0.0),
             norm_squared,
-            grads_ema * self.beta_2 + norm_squared * (1.0 - self.beta_2),
+            grads_ema * self.hyper("beta_2", tf.float32)
+            + norm_squared * self._one_minus("beta_2", tf.float32),
         )
         self.assign(grads_ema, ema)
-        return 1.0 / tf.sqrt(ema + self.epsilon)
+        return 1.0 / tf.sqrt(ema + self.hyper("epsilon", tf.float32))
 
     def _scaled(self, normalised, weights):
         """Adds the coupled weight decay and, with grad_averaging, the (1 - beta_1) factor."""
         dtype = normalised.dtype
-        if self.coupled_weight_decay > 0:
-            normalised = normalised + tf.cast(self.coupled_weight_decay, dtype) * weights
+        if may_be_positive(self.coupled_weight_decay):
+            normalised = normalised + self.hyper("coupled_weight_decay", dtype) * weights
         if self.grad_averaging:
-            normalised = normalised * tf.cast(1.0 - self.beta_1, dtype)
+            normalised = normalised * self._one_minus("beta_1", dtype)
         return normalised
+
+    def _one_minus(self, name, dtype):
+        """1 - the hyperparameter `name`; for a float, in Python, rounded once, as OpenSeq2Seq."""
+        value = getattr(self, name)
+        if isinstance(value, numbers.Real):
+            return tf.cast(1.0 - value, dtype)
+        return 1 - self.hyper(name, dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.optimizers.base import Optimizer, deduplicate, is_sparse
+from opt_train.optimizers.base import Optimizer, gather_rows, has_kernel, keras_serializable
 from opt_train.optimizers.specs import check_args
 
 
+@keras_serializable
 class RMSProp(Optimizer):
     r"""RMSProp as TF1's `tf.compat.v1.train.RMSPropOptimizer` computes it.
 
@@ -77,24 +78,18 @@ class RMSProp(Optimizer):
         if self.centered:
             self.add_slots(var_list, "mg")
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        if is_sparse(gradient):
-            self._sparse_update(deduplicate(gradient), variable, lr)
-        else:
-            self._dense_update(tf.cast(gradient, variable.dtype), variable, lr)
-
     def _hyper(self, dtype):
         """rho, momentum and epsilon as tensors of the variable's dtype."""
-        return (
-            tf.cast(self.rho, dtype),
-            tf.cast(self.momentum, dtype),
-            tf.cast(self.epsilon, dtype),
-        )
+        return self.hyper("rho", dtype), self.hyper("momentum", dtype), self.hyper("epsilon", dtype)
 
-    def _dense_update(self, gradient, variable, lr):
-        # TF1's own fused kernels (what tf.compat.v1.train.RMSPropOptimizer runs): one pass
-        # over the variable and its slots instead of a chain of elementwise ops.
+    def dense_kernel(self, variable):
+        return True
+
+    def sparse_kernel(self, variable):
+        name = "ResourceSparseApplyCenteredRMSProp" if self.centered else "ResourceSparseApplyRMSProp"
+        return has_kernel(name, variable)
+
+    def _kernel_arguments(self, variable, lr):
         rho, momentum, epsilon = self._hyper(variable.dtype)
         arguments = dict(
             var=variable.handle,
@@ -104,31 +99,46 @@ class RMSProp(Optimizer):
             rho=rho,
             momentum=momentum,
             epsilon=epsilon,
-            grad=gradient,
-            use_locking=False,
+            use_locking=self.use_locking,
         )
         if self.centered:
-            tf.raw_ops.ResourceApplyCenteredRMSProp(mg=self.slot(variable, "mg").handle, **arguments)
-        else:
-            tf.raw_ops.ResourceApplyRMSProp(**arguments)
+            arguments["mg"] = self.slot(variable, "mg").handle
+        return arguments
 
-    def _sparse_update(self, gradient, variable, lr):
+    def fused_dense_update(self, gradient, variable, lr):
+        # TF1's own fused kernels (what tf.compat.v1.train.RMSPropOptimizer runs): one pass
+        # over the variable and its slots instead of a chain of elementwise ops.
+        arguments = self._kernel_arguments(variable, lr)
+        if self.centered:
+            tf.raw_ops.ResourceApplyCenteredRMSProp(grad=gradient, **arguments)
+        else:
+            tf.raw_ops.ResourceApplyRMSProp(grad=gradient, **arguments)
+
+    def fused_sparse_update(self, gradient, variable, lr):
+        # TF1's sparse kernels: the named rows of the variable and of every slot only.
+        arguments = self._kernel_arguments(variable, lr)
+        arguments.update(grad=gradient.values, indices=gradient.indices)
+        if self.centered:
+            tf.raw_ops.ResourceSparseApplyCenteredRMSProp(**arguments)
+        else:
+            tf.raw_ops.ResourceSparseApplyRMSProp(**arguments)
+
+    def sparse_update(self, gradient, variable, lr):
         rho, momentum, epsilon = self._hyper(variable.dtype)
-        values = tf.cast(gradient.values, variable.dtype)
-        indices = gradient.indices
+        values, indices = gradient.values, gradient.indices
         ms = self.slot(variable, "rms")
-        ms_rows = _rows(ms, indices) * rho + tf.square(values) * (1 - rho)
+        ms_rows = gather_rows(ms, indices) * rho + tf.square(values) * (1 - rho)
         self.assign(ms, tf.IndexedSlices(ms_rows, indices))
         denominator = ms_rows + epsilon
         if self.centered:
             mg = self.slot(variable, "mg")
-            mg_rows = _rows(mg, indices) * rho + values * (1 - rho)
+            mg_rows = gather_rows(mg, indices) * rho + values * (1 - rho)
             self.assign(mg, tf.IndexedSlices(mg_rows, indices))
             denominator = denominator - tf.square(mg_rows)
         mom = self.slot(variable, "momentum")
         # 1 / sqrt, not rsqrt: TF's sparse kernel works row by row, where Eigen's
         # rsqrt is the exact 1 / sqrt rather than the vectorised approximation.
-        mom_rows = _rows(mom, indices) * momentum + (1 / tf.sqrt(denominator)) * lr * values
+        mom_rows = gather_rows(mom, indices) * momentum + (1 / tf.sqrt(denominator)) * lr * values
         self.assign(mom, tf.IndexedSlices(mom_rows, indices))
         self.assign_sub(variable, tf.IndexedSlices(mom_rows, indices))
 
@@ -144,7 +154,3 @@ class RMSProp(Optimizer):
         )
         return config
 
-
-def _rows(slot, indices):
-    """The rows `indices` of a slot, read without densifying it."""
-    return tf.gather(slot.value, indices)
