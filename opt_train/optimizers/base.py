@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from opt_train import params
-from opt_train.optimizers.specs import base_args
+from opt_train.optimizers.specs import USE_LOCKING, base_args
 
 # `keras.saving` names opt-train's optimizers "opt_train>Name".
 KERAS_PACKAGE = "opt_train"
@@ -293,7 +293,7 @@ class Optimizer(TF1OptimizerAPI, keras.optimizers.Optimizer):
         # pipeline's: Keras's twins would do it twice).
         base_args(kwargs)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.use_locking = bool(use_locking)
+        self.use_locking = USE_LOCKING.rule("use_locking", use_locking)
         self._slots = {}
 
     # -- slots -----------------------------------------------------------

@@ -394,6 +394,7 @@ def describe():
             params = {
                 key: "required" if param.required else param.default
                 for key, param in OPTIMIZER_PARAMS[name].items()
+                if key not in specs.COMMON_PARAMETERS  # every own class takes them: said once
             }
             rows.append((name, family, params))
     return rows

@@ -10,6 +10,8 @@ has them (`SGD.momentum` in [0, 1], `Lion.beta_1` in (0, 1], Ftrl's signs).
 
 from __future__ import annotations
 
+import numbers
+
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param
@@ -32,7 +34,7 @@ PIPELINE_ARGUMENTS = {
 # Accepted in `optimizer_params` though Keras sets it by method, not constructor.
 POST_INIT_PARAMETERS = ("exclude_from_weight_decay",)
 # Constructor arguments that take Python objects (variables), never a YAML value.
-PYTHON_ONLY_PARAMETERS = ("var_list",)
+PYTHON_ONLY_PARAMETERS = ("var_list", "global_step")
 
 # `learning_rate` in YAML: a number > 0 ("1e-3" too); from Python also a schedule.
 LEARNING_RATE = p.number(0, low_open=True, strings=True, schedules=True)
@@ -252,6 +254,20 @@ def is_path(name):
     return isinstance(name, str) and (":" in name or "." in name)
 
 
+# opt-train's own classes (on `base.Optimizer`) take TF1's `use_locking`, passed to the
+# fused kernels; the Keras family's constructors do not.
+OWN_CLASSES = (
+    "GradientDescent", "ProximalGradientDescent", "Momentum", "Adagrad", "ProximalAdagrad", "AdagradDA",
+    "Adadelta", "Adam", "LazyAdam", "Ftrl", "RMSProp", "NovoGrad", "AMSGrad", "CustomGradientDescent",
+    "CustomAdam", "GradVarianceScaled", "NeuralOptimizer1", "NormalizedSGD",
+)
+USE_LOCKING = Param(False, _BOOL)
+for _name in OWN_CLASSES:
+    OPTIMIZER_PARAMS[_name]["use_locking"] = USE_LOCKING
+# Accepted by every own class, so `opt-train list` does not repeat them per optimizer.
+COMMON_PARAMETERS = ("use_locking",)
+
+
 def spec(name):
     """{parameter: Param} optimizer `name` accepts (any spelling): its own, then Keras' base ones."""
     display = resolve(name)
@@ -321,6 +337,13 @@ def check_params(name, params):
     return params
 
 
+def deferred(value):
+    """A callable or a tensor: a hyperparameter whose value is known only when the optimizer reads it."""
+    return callable(value) or (
+        hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, numbers.Real)
+    )
+
+
 def check_args(display, **values):
     """For an optimizer's `__init__`: checks the given constructor arguments with the table's rules.
 
@@ -329,6 +352,8 @@ def check_args(display, **values):
     table = OPTIMIZER_PARAMS[display]
     for name, value in values.items():
         param = table[name]
+        if deferred(value):
+            continue  # from Python, TF1 and Keras take a callable or a tensor for any hyperparameter
         if param.required and value is None:
             raise ParamError(
                 name, "missing", f"is required by {display}", None,
