@@ -26,6 +26,7 @@ COMMANDS = {
     "list": "opt_train.cli.list:list_command",
     "lr": "opt_train.cli.lr:lr",
     "sweep": "opt_train.cli.sweep:sweep",
+    "data": "opt_train.cli.data:data",
 }
 
 
