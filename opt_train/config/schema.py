@@ -44,7 +44,7 @@ class TrainConfig:
 
     model: str | dict = "mlp"
     model_params: dict = _empty()
-    data: str = "digits"
+    data: str | dict = "digits"  # a name, or {factory: "pkg.mod:function"}
     data_params: dict = _empty()
     batch_size_per_gpu: int = 32
     eval_batch_size: int | None = None

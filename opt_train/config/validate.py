@@ -32,6 +32,11 @@ def model_spec(value):
 
 
 def dataset_name(value):
+    """A registered dataset name, or `{factory: "pkg.mod:function"}` for the user's own pipeline."""
+    if isinstance(value, dict):
+        rules.check_known_keys(value, ("factory",))
+        registries.call(registries.registry("model").split_factory, value, params=value)
+        return {"factory": value["factory"]}
     return registries.resolve("data", rules.require_str(value))
 
 

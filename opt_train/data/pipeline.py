@@ -99,6 +99,8 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
     """
     eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
     _check_sizes(batch_size, eval_batch_size, rank, size)
+    if registry.is_factory(name):
+        return _factory_bundle(name, registry.check_params(name, params), batch_size, seed, rank, size, eval_batch_size)
     canonical = registry.resolve(name)
     if canonical == "tfrecord":
         return _tfrecord_bundle(registry.check_params(canonical, params), batch_size, seed, rank, size, eval_batch_size)
@@ -128,6 +130,22 @@ def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size):
     return DataBundle(
         train=data.train_from(0),
         eval=data.eval_dataset(),
+        task=data.task,
+        train_examples=data.train_examples,
+        steps_per_epoch=data.steps_per_epoch,
+        resume=data.train_from,
+    )
+
+
+def _factory_bundle(spec, params, batch_size, seed, rank, size, eval_batch_size):
+    from opt_train.data.factory import FactoryData
+
+    data = FactoryData(
+        spec, params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size
+    )
+    return DataBundle(
+        train=data.train_from(0),
+        eval=data.eval,
         task=data.task,
         train_examples=data.train_examples,
         steps_per_epoch=data.steps_per_epoch,

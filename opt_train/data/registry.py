@@ -102,8 +102,41 @@ def resolve(name):
     return canonical
 
 
+# ----- the user's own pipeline: {factory: "pkg.mod:make"} (opt_train.data.factory) -----
+
+# The parameters opt-train reads itself; every other key goes to the user's function.
+FACTORY_SPEC = {
+    "task": p.Param("classification", p.one_of(*TASK_KINDS, kind="task"), "classification | regression"),
+    "num_classes": p.Param(None, p.optional_positive_int, "classes (required for classification)"),
+}
+
+
+def is_factory(spec):
+    """True when `spec` names the user's own pipeline: `{"factory": "package.module:function"}`."""
+    return isinstance(spec, dict)
+
+
+def _factory_errors(spec, params):
+    from opt_train.models.registry import split_factory  # one parser of `pkg.mod:function` for models and data
+
+    try:
+        split_factory(spec)
+    except ValueError as error:
+        return [error]
+    if params is not None and not isinstance(params, dict):
+        return [p.ParamError(None, f"data params must be a mapping. Received: {params!r}")]
+    params = params or {}
+    ours = {key: params[key] for key in FACTORY_SPEC if key in params}
+    errors = p.param_errors(FACTORY_SPEC, ours, "data factory")
+    if not errors and ours.get("task", "classification") == "classification" and ours.get("num_classes") is None:
+        errors.append(p.ParamError("num_classes", "`num_classes` is required for a classification task."))
+    return errors
+
+
 def param_errors(name, params):
     """Every problem with `params` for dataset `name` (exceptions with `.param`)."""
+    if is_factory(name):
+        return _factory_errors(name, params)
     name = resolve(name)
     errors = p.param_errors(DATASET_SPECS[name], params, name)
     if errors or name != "tfrecord":
@@ -135,10 +168,12 @@ def _tfrecord_errors(params):
 
 def check_params(name, params):
     """`params` for dataset `name` with defaults filled; raises the first problem."""
-    name = resolve(name)
     errors = param_errors(name, params)
     if errors:
         raise errors[0]
+    if is_factory(name):
+        return {**{key: param.default for key, param in FACTORY_SPEC.items()}, **(params or {})}
+    name = resolve(name)
     return p.check_params(DATASET_SPECS[name], params, name)
 
 
@@ -152,6 +187,8 @@ _FIXED_TASK_KINDS = {
 
 def task_kind(name, params=None):
     """The task kind dataset `name` yields (classification | regression | sequence)."""
+    if is_factory(name):
+        return (params or {}).get("task", "classification")
     name = resolve(name)
     if name in _FIXED_TASK_KINDS:
         return _FIXED_TASK_KINDS[name]

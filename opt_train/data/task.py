@@ -42,21 +42,32 @@ class Task:
         if self.kind not in TASK_KINDS:
             raise ValueError(f"`kind` must be one of {TASK_KINDS}. Received: kind={self.kind!r}")
 
-    def loss(self, y_true, y_pred):
+    def loss(self, y_true, y_pred, sample_weight=None):
         """Mean loss over the batch (and positions) as a float32 scalar.
 
         Classification and sequence: sparse softmax cross-entropy of the logits
-        `y_pred` against integer labels. Regression: mean squared error.
+        `y_pred` against integer labels. Regression: mean squared error. With
+        `sample_weight` (one number per example) each example's loss is weighted and
+        the sum divided by the batch size, as Keras's "sum_over_batch_size": so
+        micro-batches and ranks averaged equal one big batch.
         """
         import tensorflow as tf
 
         y_pred = tf.cast(y_pred, tf.float32)
         if self.kind == "regression":
             y_true = tf.cast(y_true, tf.float32)
-            return tf.reduce_mean(tf.math.squared_difference(y_pred, y_true))
-        labels = tf.cast(y_true, tf.int32)
-        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
-        return tf.reduce_mean(per_example)
+            squared = tf.math.squared_difference(y_pred, y_true)
+            if sample_weight is None:
+                return tf.reduce_mean(squared)
+            per_example = tf.reduce_mean(tf.reshape(squared, [tf.shape(squared)[0], -1]), axis=1)
+        else:
+            labels = tf.cast(y_true, tf.int32)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+            if sample_weight is None:
+                return tf.reduce_mean(per_example)
+            per_example = tf.reshape(per_example, [tf.shape(per_example)[0], -1])
+            per_example = tf.reduce_mean(per_example, axis=1)
+        return tf.reduce_mean(per_example * tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
 
     def make_metrics(self):
         """Fresh metrics by name.

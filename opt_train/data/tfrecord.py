@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from opt_train.data.streams import epoch_seed, shuffle_windows, stream_from
 from opt_train.data.task import Task
 
 COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -99,10 +100,6 @@ def plan_shard(files, counts, rank, size):
     return Shard(tuple(sorted(owned[rank])), False, min(totals))
 
 
-def _epoch_seed(seed, epoch):
-    return tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
-
-
 def epoch_records(shard, epoch, *, seed, compression, shuffle_buffer, rank, size):
     """This rank's serialized records of `epoch`, in the epoch's order (unparsed)."""
     key = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
@@ -118,22 +115,8 @@ def epoch_records(shard, epoch, *, seed, compression, shuffle_buffer, rank, size
     if shard.by_record:
         records = records.shard(size, rank)
     if shuffle_buffer > 1:
-        records = shuffle_windows(records, shuffle_buffer, _epoch_seed(seed, epoch))
+        records = shuffle_windows(records, shuffle_buffer, epoch_seed(seed, epoch))
     return records.take(shard.records_per_epoch)
-
-
-def shuffle_windows(records, window, seed):
-    """Each run of `window` records put in a stateless random order keyed by (seed, window index).
-
-    `Dataset.shuffle` would mix its op seed with the process's global seed; this order
-    depends on nothing but its arguments, on every rank and after every restart.
-    """
-
-    def permute(index, block):
-        key = tf.stack([seed, index])
-        return tf.gather(block, tf.argsort(tf.random.stateless_uniform(tf.shape(block)[:1], seed=key)))
-
-    return records.batch(window).enumerate().map(permute).unbatch()
 
 
 def feature_spec(features, names):
@@ -213,12 +196,8 @@ class TFRecordData:
 
     def train_from(self, position):
         """Batches from batch number `position` of the stream on: the epoch it falls in, records skipped unparsed."""
-        epoch, offset = divmod(int(position), self.steps_per_epoch)
-        first = self._epoch(epoch).skip(offset * self.batch_size)
-        rest = tf.data.Dataset.counter(start=epoch + 1).flat_map(self._epoch)
-        batches = first.concatenate(rest).batch(self.batch_size, drop_remainder=True)
-        batches = batches.map(self.parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return batches.prefetch(tf.data.AUTOTUNE)
+        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch,
+                           batch_size=self.batch_size, parse=self.parse)
 
     def eval_dataset(self):
         """Every eval record once, in file order, in batches (the last may be short); None without eval_files."""

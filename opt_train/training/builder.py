@@ -130,9 +130,10 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
     from opt_train.optimizers import get_regularization_loss, optimize_loss
 
     def loss_fn(batch):
-        features, labels = batch
+        features, labels, *weights = batch  # a data factory may add per-example sample weights
         predictions = model(features, training=True)
-        return task.loss(labels, predictions) + get_regularization_loss(model)
+        sample_weight = weights[0] if weights else None
+        return task.loss(labels, predictions, sample_weight=sample_weight) + get_regularization_loss(model)
 
     with _config_key(config, "optimizer_params"):
         train_op = optimize_loss(
