@@ -40,6 +40,27 @@ def dataset_name(value):
     return registries.resolve("data", rules.require_str(value))
 
 
+def loss_spec(value):
+    """A Keras loss name (did-you-mean on a typo), or `{factory: "pkg.mod:function"}`."""
+    from opt_train.data import objective_names
+
+    if isinstance(value, dict):
+        rules.check_known_keys(value, ("factory",))
+        registries.call(registries.registry("model").split_factory, value, params=value)
+        return {"factory": value["factory"]}
+    return registries.call(objective_names.resolve_loss, rules.require_str(value))
+
+
+def metric_names(value):
+    """Keras metric names; a bad one is reported at `metrics[i]`."""
+    from opt_train.data import objective_names
+
+    def one(name):
+        return registries.call(objective_names.resolve_metric, rules.require_str(name))
+
+    return tuple(_sub(one, item, f"[{index}]") for index, item in enumerate(rules.require_list(value)))
+
+
 def optimizer_name(value):
     """A registry name; a dotted path (`pkg.mod.Class`) is left for the builder to import."""
     name = rules.require_str(value)
@@ -101,6 +122,9 @@ FIELD_RULES = {
     "model_params": rules.require_dict,
     "data": dataset_name,
     "data_params": rules.require_dict,
+    "loss": rules.optional(loss_spec),
+    "loss_params": rules.require_dict,
+    "metrics": metric_names,
     "batch_size_per_gpu": rules.int_at_least_1,
     "eval_batch_size": rules.optional(rules.int_at_least_1),
     "max_steps": rules.optional(rules.int_at_least_1),

@@ -26,13 +26,15 @@ OPT_TRAIN_PARAMS = ("task", "num_classes")
 
 
 class FactoryError(ValueError):
-    """A problem with the user's data factory; `.key` is where the config layer reports it."""
+    """A problem with the user's factory; `.key` is where the config layer reports it."""
 
-    key = "data.factory"
+    def __init__(self, message, key="data.factory"):
+        super().__init__(message)
+        self.key = key
 
 
-def load_function(spec):
-    """The function `spec["factory"]` names, imported; a FactoryError when it cannot be."""
+def load_function(spec, key="data.factory"):
+    """The function `spec["factory"]` names, imported; a FactoryError at `key` when it cannot be."""
     from opt_train.models.registry import split_factory
 
     module_name, name = split_factory(spec)
@@ -41,11 +43,11 @@ def load_function(spec):
     except Exception as error:  # the user's module may fail in any way while importing
         if isinstance(error, ModuleNotFoundError) and error.name and module_name.startswith(error.name):
             raise FactoryError(f"no module {module_name!r} (run from the directory that holds it, "
-                               f"or put it on PYTHONPATH)") from None
-        raise FactoryError(f"importing {module_name!r} failed: {_user_error(error)}") from None
+                               f"or put it on PYTHONPATH)", key) from None
+        raise FactoryError(f"importing {module_name!r} failed: {_user_error(error)}", key) from None
     function = getattr(module, name, None)
     if not callable(function):
-        raise FactoryError(f"module {module_name!r} has no function {name!r}")
+        raise FactoryError(f"module {module_name!r} has no function {name!r}", key)
     return function
 
 

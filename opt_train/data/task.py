@@ -9,8 +9,8 @@ every other one with `update_state(y_true, y_pred)`, so the loop needs no per-ta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
 
 TASK_KINDS = ("classification", "regression", "sequence")
 
@@ -37,6 +37,9 @@ class Task:
     num_classes: Optional[int] = None
     vocab_size: Optional[int] = None
     image_shape: Optional[Tuple[int, ...]] = None
+    # The config's `loss` (a keras.losses.Loss) and `metrics` (Keras names), when it gives them.
+    loss_object: Any = field(default=None, compare=False)
+    metric_names: Tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
@@ -54,6 +57,8 @@ class Task:
         import tensorflow as tf
 
         y_pred = tf.cast(y_pred, tf.float32)
+        if self.loss_object is not None:
+            return tf.cast(self.loss_object(y_true, y_pred, sample_weight=sample_weight), tf.float32)
         if self.kind == "regression":
             y_true = tf.cast(y_true, tf.float32)
             squared = tf.math.squared_difference(y_pred, y_true)
@@ -74,18 +79,26 @@ class Task:
 
         `loss`: a `keras.metrics.Mean` of `self.loss` per batch, weighted by the batch
         size. The rest take `update_state(y_true, y_pred)`: `accuracy` (per example, or
-        per token for sequences), or for regression `mse` and `mae`.
+        per token for sequences), or for regression `mse` and `mae`; then each of
+        `metric_names` not among them, from Keras's registry.
         """
         import keras
 
         loss = keras.metrics.Mean(name="loss")
         if self.kind == "regression":
-            return {
+            metrics = {
                 "loss": loss,
                 "mse": keras.metrics.MeanSquaredError(name="mse"),
                 "mae": keras.metrics.MeanAbsoluteError(name="mae"),
             }
-        return {"loss": loss, "accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+        else:
+            metrics = {"loss": loss, "accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+        if self.metric_names:
+            from opt_train.data.objectives import make_metric
+
+            for name in self.metric_names:
+                metrics.setdefault(name, make_metric(name, self))
+        return metrics
 
     def finalize(self, results):
         """`results` as plain floats, plus derived figures: `perplexity` = exp(loss) for sequences."""

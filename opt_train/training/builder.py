@@ -38,6 +38,12 @@ def build_run(config, backend, *, with_train_op=True):
     keras.mixed_precision.set_dtype_policy(dtype_policy_name(config.dtype))
 
     data = build_data_for(config, backend)
+    if config.loss is not None or config.metrics:
+        from opt_train.data.objectives import with_objectives
+
+        with _config_key(config, "loss_params"):
+            task = with_objectives(data.task, config.loss, dict(config.loss_params), config.metrics)
+        data = data._replace(task=task)
     with _config_key(config, "model_params"):
         model = build_model(
             config.model, dict(config.model_params), data.task, regularizer=_regularizer(config)
