@@ -17,7 +17,7 @@ import traceback
 import numpy as np
 import tensorflow as tf
 
-from opt_train.data.streams import epoch_seed, shuffle_windows, stream_from
+from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
 from opt_train.data.task import Task
 
 # Elements shuffled together; the user's pipeline may stream, so not the whole split.
@@ -163,11 +163,10 @@ class FactoryData:
             self.eval = evaluation.map(cast).batch(eval_batch_size).prefetch(tf.data.AUTOTUNE)
 
     def _epoch(self, epoch):
-        elements = self.shard
-        if self.window > 1:
-            elements = shuffle_windows(elements, self.window, epoch_seed(self.seed, epoch))
-        return elements.take(self.steps_per_epoch * self.batch_size)
+        batches = shuffled_batches(self.shard, window=self.window, batch_size=self.batch_size,
+                                   seed=epoch_seed(self.seed, epoch))
+        return batches.take(self.steps_per_epoch)
 
     def train_from(self, position):
         """Batches from batch number `position` of the stream on (equal to skipping that many)."""
-        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch, batch_size=self.batch_size)
+        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch)

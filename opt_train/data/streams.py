@@ -1,4 +1,4 @@
-"""Epoch streams for sources that are not in memory: stateless window shuffles and starting at a batch position."""
+"""Epoch streams for sources that are not in memory: stateless window shuffles, and starting at a batch position."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ def epoch_seed(seed, epoch):
     return tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
 
-def shuffle_windows(elements, window, seed):
-    """Each run of `window` elements put in a stateless random order keyed by (seed, window index).
+def shuffled_batches(elements, *, window, batch_size, seed):
+    """Batches of `elements`, each run of `window` elements first put in a stateless random order.
 
-    `Dataset.shuffle` would mix its op seed with the process's global seed; this order
-    depends on nothing but its arguments, on every rank and after every restart.
+    The order is keyed by (seed, window index) alone: `Dataset.shuffle` would mix its op
+    seed with the process's global seed. Windows are permuted whole and cut into batches
+    with `rebatch`, so no per-element step is added to the pipeline. The last short
+    batch is dropped.
     """
 
     def permute(index, block):
@@ -23,21 +25,24 @@ def shuffle_windows(elements, window, seed):
         order = tf.argsort(tf.random.stateless_uniform(tf.shape(first)[:1], seed=key))
         return tf.nest.map_structure(lambda part: tf.gather(part, order), block)
 
-    return elements.batch(window).enumerate().map(permute).unbatch()
+    if window <= 1:
+        return elements.batch(batch_size, drop_remainder=True)
+    windows = elements.batch(window).enumerate().map(permute)
+    return windows.rebatch(batch_size, drop_remainder=True)
 
 
-def stream_from(one_epoch, position, *, steps_per_epoch, batch_size, parse=None):
-    """Batches of the epochs `one_epoch(epoch)` yields, from batch number `position` on.
+def stream_from(one_epoch, position, *, steps_per_epoch, parse=None):
+    """The batches of the epochs `one_epoch(epoch)` yields, from batch number `position` on.
 
-    `one_epoch` returns exactly `steps_per_epoch * batch_size` elements, so batches never
-    cross an epoch edge, and a start at `position` equals the whole stream with
-    `position` batches skipped: it starts at the epoch `position` falls in and skips
-    that epoch's first elements before `parse` (e.g. `tf.io.parse_example`) runs.
+    `one_epoch` returns exactly `steps_per_epoch` batches, so a start at `position`
+    equals the whole stream with `position` batches skipped: it begins at the epoch
+    `position` falls in and skips that epoch's first batches before `parse` (e.g.
+    `tf.io.parse_example`) runs on them.
     """
     epoch, offset = divmod(int(position), steps_per_epoch)
-    first = one_epoch(tf.constant(epoch, tf.int64)).skip(offset * batch_size)
+    first = one_epoch(tf.constant(epoch, tf.int64)).skip(offset)
     rest = tf.data.Dataset.counter(start=epoch + 1).flat_map(one_epoch)
-    batches = first.concatenate(rest).batch(batch_size, drop_remainder=True)
+    batches = first.concatenate(rest)
     if parse is not None:
         batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.prefetch(tf.data.AUTOTUNE)

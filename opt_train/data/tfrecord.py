@@ -7,15 +7,15 @@ Nothing is held in memory but a shuffle buffer of serialized records. Each epoch
    from `(seed, epoch)` without any random state;
 2. they are read in parallel (`interleave`, deterministic), and when ranks share files
    each rank keeps every `size`-th record (`shard`);
-3. the records are shuffled in windows of `shuffle_buffer` (a stateless order keyed by
-   `(seed, epoch, window)`), cut to the same
-   number on every rank (so every rank runs as many steps), batched, and parsed one
-   batch at a time in parallel (`tf.io.parse_example`), then prefetched.
+3. they are cut to the same number on every rank (so every rank runs as many steps),
+   shuffled in windows of `shuffle_buffer` (a stateless order keyed by `(seed, epoch,
+   window)`), batched, and parsed one batch at a time in parallel
+   (`tf.io.parse_example`), then prefetched.
 
 So the stream is a pure function of `(seed, position)`: a resume at position `p`
-starts the epoch `p` falls in and skips the serialized records of that epoch already
-consumed, before parsing them (`TFRecordData.train_from`); nothing of the iterator
-goes into the checkpoint.
+starts the epoch `p` falls in and skips the batches of that epoch already consumed,
+before parsing them (`TFRecordData.train_from`); nothing of the iterator goes into
+the checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from opt_train.data.streams import epoch_seed, shuffle_windows, stream_from
+from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
 from opt_train.data.task import Task
 
 COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -100,8 +100,8 @@ def plan_shard(files, counts, rank, size):
     return Shard(tuple(sorted(owned[rank])), False, min(totals))
 
 
-def epoch_records(shard, epoch, *, seed, compression, shuffle_buffer, rank, size):
-    """This rank's serialized records of `epoch`, in the epoch's order (unparsed)."""
+def epoch_records(shard, epoch, *, seed, compression, rank, size):
+    """This rank's serialized records of `epoch` in read order (unshuffled, unparsed)."""
     key = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
     order = tf.argsort(tf.random.stateless_uniform([len(shard.files)], seed=key))
     files = tf.gather(tf.constant(shard.files), order)
@@ -114,8 +114,6 @@ def epoch_records(shard, epoch, *, seed, compression, shuffle_buffer, rank, size
     )
     if shard.by_record:
         records = records.shard(size, rank)
-    if shuffle_buffer > 1:
-        records = shuffle_windows(records, shuffle_buffer, epoch_seed(seed, epoch))
     return records.take(shard.records_per_epoch)
 
 
@@ -187,17 +185,14 @@ class TFRecordData:
         return sum(self.counts)
 
     def _epoch(self, epoch):
-        records = epoch_records(
-            self.shard, epoch, seed=self.seed, compression=self.compression,
-            shuffle_buffer=self.shuffle_buffer, rank=self.rank, size=self.size,
-        )
-        # Each epoch yields a whole number of batches, so batch boundaries never cross epochs.
-        return records.take(self.steps_per_epoch * self.batch_size)
+        records = epoch_records(self.shard, epoch, seed=self.seed, compression=self.compression,
+                                rank=self.rank, size=self.size)
+        return shuffled_batches(records, window=self.shuffle_buffer, batch_size=self.batch_size,
+                                seed=epoch_seed(self.seed, epoch)).take(self.steps_per_epoch)
 
     def train_from(self, position):
-        """Batches from batch number `position` of the stream on: the epoch it falls in, records skipped unparsed."""
-        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch,
-                           batch_size=self.batch_size, parse=self.parse)
+        """Batches from batch number `position` of the stream on: the epoch it falls in, batches skipped unparsed."""
+        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch, parse=self.parse)
 
     def eval_dataset(self):
         """Every eval record once, in file order, in batches (the last may be short); None without eval_files."""
