@@ -131,3 +131,13 @@ def test_weighted_named_loss_with_iter_size_equals_one_big_batch(cli, write_conf
     assert len(expected) >= 4
     for name in expected:
         np.testing.assert_allclose(actual[name], expected[name], rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_the_example_config_trains(cli, tmp_path):
+    from tests.support import CONFIGS
+
+    result = cli("train", "--config", CONFIGS / "loss_metrics.yaml", "--set", "max_steps=20",
+                 "--set", "eval_steps=10", "--set", f"logdir={tmp_path / 'run'}")
+    assert result.exit_code == 0, result.output
+    final = read_json(tmp_path / "run" / "final_metrics.json")
+    assert {"eval/loss", "eval/accuracy", "eval/sparse_top_k_categorical_accuracy"} <= set(final)
