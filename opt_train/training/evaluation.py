@@ -44,6 +44,8 @@ def evaluate(config, checkpoint=None):
     from opt_train.training.errors import TrainingFailed
 
     run = build_run(config, get_backend(False), with_train_op=False)
+    if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
+        raise TrainingFailed(f"{config.data} has no eval split to evaluate on")
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
     restored = checkpoints.restore(checkpoint)
     if restored is None:

@@ -99,3 +99,10 @@ def test_the_example_config_trains(cli, tmp_path):
     assert result.exit_code == 0, result.output
     final = read_json(tmp_path / "run" / "final_metrics.json")
     assert final["global_step"] == 30 and 0 <= final["eval/accuracy"] <= 1
+
+
+def test_eval_without_an_eval_split_says_so(cli, write_config):
+    config = write_config({"data": {"factory": f"{MODULE}:make"}, "data_params": {"num_classes": 4}, "max_steps": 2})
+    result = cli("eval", "--config", config)
+    assert result.exit_code == 1
+    assert "has no eval split to evaluate on" in result.output and "Traceback" not in result.output
