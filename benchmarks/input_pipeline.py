@@ -164,7 +164,20 @@ def child(config_path, steps):
     running = session(payload, workdir, os.path.basename(config_path)[:-5])
     running.loop(until=steps)
     running.close()
-    print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"peak_rss_mib": own_peak_rss_mib()}))
+
+
+def own_peak_rss_mib():
+    """This process's peak RSS since its exec: VmHWM.
+
+    Not `getrusage(...).ru_maxrss`: Linux keeps that across execve, so a child
+    started from a parent holding the arrays would report the parent's peak.
+    """
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_all(quick=False, rss_gib=1.0, workdir=None):

@@ -44,13 +44,14 @@ def compression_type(name):
 
 def expand_files(patterns, param):
     """The sorted, de-duplicated files that `patterns` (a glob or a list of globs) name."""
+    given = patterns
     patterns = [patterns] if isinstance(patterns, str) else list(patterns)
     files = set()
     for pattern in patterns:
         matched = [path for path in glob.glob(os.path.expanduser(pattern)) if os.path.isfile(path)]
         if not matched:
             raise ValueError(f"`{param}` must match at least one file; {pattern!r} matches none. "
-                             f"Received: {param}={patterns!r}")
+                             f"Received: {param}={given!r}")
         files.update(os.path.abspath(path) for path in matched)
     return sorted(files)
 
