@@ -9,13 +9,12 @@ Nothing is held in memory but a shuffle buffer of serialized records. Each epoch
    each rank keeps every `size`-th record (`shard`);
 3. they are cut to the same number on every rank (so every rank runs as many steps),
    shuffled in windows of `shuffle_buffer` (a stateless order keyed by `(seed, epoch,
-   window)`), batched, and parsed one batch at a time in parallel
-   (`tf.io.parse_example`), then prefetched.
+   window)`), each window parsed in one vectorized call (`tf.io.parse_example`, windows in
+   parallel), cut into batches (`rebatch`) and prefetched.
 
 So the stream is a pure function of `(seed, position)`: a resume at position `p`
-starts the epoch `p` falls in and skips the batches of that epoch already consumed,
-before parsing them (`TFRecordData.train_from`); nothing of the iterator goes into
-the checkpoint.
+starts the epoch `p` falls in and skips the batches of that epoch already consumed
+(`TFRecordData.train_from`); nothing of the iterator goes into the checkpoint.
 """
 
 from __future__ import annotations
@@ -189,11 +188,11 @@ class TFRecordData:
         records = epoch_records(self.shard, epoch, seed=self.seed, compression=self.compression,
                                 rank=self.rank, size=self.size)
         return shuffled_batches(records, window=self.shuffle_buffer, batch_size=self.batch_size,
-                                seed=epoch_seed(self.seed, epoch)).take(self.steps_per_epoch)
+                                seed=epoch_seed(self.seed, epoch), parse=self.parse).take(self.steps_per_epoch)
 
     def train_from(self, position):
-        """Batches from batch number `position` of the stream on: the epoch it falls in, batches skipped unparsed."""
-        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch, parse=self.parse)
+        """Batches from batch number `position` of the stream on: the epoch it falls in, its first batches skipped."""
+        return stream_from(self._epoch, position, steps_per_epoch=self.steps_per_epoch)
 
     def eval_dataset(self):
         """Every eval record once, in file order, in batches (the last may be short); None without eval_files."""
