@@ -28,6 +28,7 @@ COMMANDS = {
     "export": "opt_train.cli.export:export",
     "predict": "opt_train.cli.predict:predict",
     "convert": "opt_train.cli.convert:convert",
+    "data": "opt_train.cli.data:data",
 }
 
 # OpenSeq2Seq run.py's --mode: train_eval (the default) is `opt-train train`.

@@ -57,8 +57,43 @@ def model_spec(name, value):
     return registry("model").resolve(p.string(name, value))
 
 
+def user_factory(value):
+    """`{factory: "pkg.mod:function"}`, checked by the one factory parser (the models registry's)."""
+    check_known_keys(value, ("factory",))
+    registry("model").split_factory(value)
+    return {"factory": value["factory"]}
+
+
 def dataset_name(name, value):
+    """A registered dataset name, or `{factory: "pkg.mod:function"}` for the user's own pipeline."""
+    if isinstance(value, dict):
+        return user_factory(value)
     return registry("data").resolve(p.string(name, value))
+
+
+def loss_spec(name, value):
+    """A Keras loss name (did-you-mean on a typo), or `{factory: "pkg.mod:function"}`."""
+    from opt_train.data import objective_names
+
+    if isinstance(value, dict):
+        return user_factory(value)
+    return objective_names.resolve_loss(p.string(name, value))
+
+
+def metric_names(name, value):
+    """Keras metric names; a bad one is reported at `metrics[i]`."""
+    from opt_train.data import objective_names
+
+    checked, errors = [], []
+    for index, item in enumerate(p.list_of(p.anything, text="a list of metric names")(name, value or [])):
+        try:
+            checked.append(objective_names.resolve_metric(p.string(f"[{index}]", item)))
+        except ParamError as error:
+            error.param = f"[{index}]"
+            errors.append(error)
+    if errors:
+        raise p.ParamErrors(errors)
+    return tuple(checked)
 
 
 def optimizer_name(name, value):

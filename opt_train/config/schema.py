@@ -45,8 +45,12 @@ class TrainConfig:
 
     model: str | dict = "mlp"
     model_params: dict = _empty()
-    data: str = "digits"
+    data: str | dict = "digits"  # a name, or {factory: "pkg.mod:function"}
     data_params: dict = _empty()
+    # Loss and metrics by Keras name (opt_train.data.objective_names); None / () keep the task's own.
+    loss: str | dict | None = None
+    loss_params: dict = _empty()
+    metrics: tuple = ()
     batch_size_per_gpu: int = 32
     eval_batch_size: int | None = None
     max_steps: int | None = None

@@ -73,3 +73,50 @@ def check_params(spec, params, kind):
     filled = {key: param.default for key, param in spec.items()}
     filled.update(params or {})
     return filled
+
+
+# ----- rules of the `tfrecord` dataset (files, the tf.train.Example schema) -----
+
+TFRECORD_COMPRESSIONS = ("none", "GZIP", "ZLIB")
+FEATURE_DTYPES = ("float32", "int64", "string")
+
+
+def file_globs(name, value):
+    """A glob, or a non-empty list of globs / paths."""
+    if isinstance(value, str) and value:
+        return
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v for v in value):
+        return
+    _fail(name, "a glob or a non-empty list of globs", value)
+
+
+def optional_file_globs(name, value):
+    if value is not None:
+        file_globs(name, value)
+
+
+def compression_name(name, value):
+    """none | GZIP | ZLIB, in any case."""
+    if not isinstance(value, str) or value.lower() not in [c.lower() for c in TFRECORD_COMPRESSIONS]:
+        error = UnknownNameError("compression", value, TFRECORD_COMPRESSIONS)
+        error.param = name
+        raise error
+
+
+def feature_schema(name, value):
+    """`{feature: {dtype: float32 | int64 | string, shape: [d, ...]}}`, at least one feature."""
+    if not isinstance(value, dict) or not value:
+        _fail(name, "a mapping of feature names to {dtype, shape}", value)
+    for feature, spec in value.items():
+        key = f"{name}.{feature}"
+        if not isinstance(spec, dict) or set(spec) - {"dtype", "shape"} or "dtype" not in spec:
+            raise ParamError(key, f"`{key}` must be {{dtype: ..., shape: [...]}}. Received: {spec!r}")
+        if spec["dtype"] not in FEATURE_DTYPES:
+            error = UnknownNameError("feature dtype", spec["dtype"], FEATURE_DTYPES)
+            error.param = f"{key}.dtype"
+            raise error
+        shape = spec.get("shape", [])
+        if not isinstance(shape, (list, tuple)) or not all(_is_int(d) and d >= 1 for d in shape):
+            raise ParamError(
+                f"{key}.shape", f"`{key}.shape` must be a list of positive integers. Received: {shape!r}"
+            )

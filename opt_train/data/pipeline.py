@@ -27,6 +27,8 @@ class DataBundle(NamedTuple):
         task: the `Task` (loss, metrics, shapes).
         train_examples: examples in the whole train split (all ranks).
         steps_per_epoch: batches per epoch on each rank.
+        resume: `position -> Dataset`, the train stream from batch `position` on, for
+            sources that can start there faster than skipping (None: `train.skip`).
     """
 
     train: tf.data.Dataset
@@ -34,6 +36,13 @@ class DataBundle(NamedTuple):
     task: Task
     train_examples: int
     steps_per_epoch: int
+    resume: object = None
+
+    def train_from(self, position):
+        """The train stream from batch `position` on, equal to `train.skip(position)`."""
+        if self.resume is None:
+            return self.train.skip(position)
+        return self.resume(position)
 
 
 def epoch_indices(num_examples, epoch, seed, rank, size):
@@ -90,7 +99,11 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
     """
     eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
     _check_sizes(batch_size, eval_batch_size, rank, size)
+    if registry.is_factory(name):
+        return _factory_bundle(name, registry.check_params(name, params), batch_size, seed, rank, size, eval_batch_size)
     canonical = registry.resolve(name)
+    if canonical == "tfrecord":
+        return _tfrecord_bundle(registry.check_params(canonical, params), batch_size, seed, rank, size, eval_batch_size)
     source = sources.load_source(canonical, registry.check_params(canonical, params))
     (x_train, y_train), (x_eval, y_eval) = source.train, source.eval
     steps_per_epoch = (len(x_train) // size) // batch_size
@@ -105,4 +118,36 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
         task=source.task,
         train_examples=len(x_train),
         steps_per_epoch=steps_per_epoch,
+    )
+
+
+def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size):
+    from opt_train.data.tfrecord import TFRecordData
+
+    data = TFRecordData(
+        params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size
+    )
+    return DataBundle(
+        train=data.train_from(0),
+        eval=data.eval_dataset(),
+        task=data.task,
+        train_examples=data.train_examples,
+        steps_per_epoch=data.steps_per_epoch,
+        resume=data.train_from,
+    )
+
+
+def _factory_bundle(spec, params, batch_size, seed, rank, size, eval_batch_size):
+    from opt_train.data.factory import FactoryData
+
+    data = FactoryData(
+        spec, params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size
+    )
+    return DataBundle(
+        train=data.train_from(0),
+        eval=data.eval,
+        task=data.task,
+        train_examples=data.train_examples,
+        steps_per_epoch=data.steps_per_epoch,
+        resume=data.train_from,
     )

@@ -65,6 +65,19 @@ DATASET_SPECS = {
         "eval_fraction": _EVAL_FRACTION,
         "seed": _SEED,
     },
+    # ----- streamed from TFRecord files (opt_train.data.tfrecord) -----
+    "tfrecord": {
+        "train_files": p.Param(p.REQUIRED, p.file_globs, "a glob or a list of globs of the train files"),
+        "eval_files": p.Param(None, p.optional_file_globs, "a glob or a list of globs of the eval files"),
+        "compression": p.Param("none", p.compression_name, "none | GZIP | ZLIB"),
+        "features": p.Param(p.REQUIRED, p.feature_schema, "the tf.train.Example schema: {name: {dtype, shape}}"),
+        "x": p.Param(p.REQUIRED, p.non_empty_string, "the input feature"),
+        "y": p.Param(p.REQUIRED, p.non_empty_string, "the target feature"),
+        "weight": p.Param(None, p.optional_string, "a per-example sample-weight feature"),
+        "task": p.Param("classification", p.one_of(*TASK_KINDS, kind="task"), "classification | regression"),
+        "num_classes": p.Param(None, p.optional_positive_int, "classes (required for classification)"),
+        "shuffle_buffer": p.Param(10000, p.positive_int, "records in the shuffle buffer (1: no shuffle)"),
+    },
 }
 
 DATASET_SPECS["synthetic_images"] = synthetic_images.PARAMS
@@ -76,6 +89,7 @@ DATASET_SUMMARIES = {
     "reversal": "random token sequences; the target is the sequence reversed (OpenSeq2Seq's toy task)",
     "npz": "your own arrays from a .npz file",
     "csv": "your own table from a .csv file",
+    "tfrecord": "tf.train.Example records streamed from TFRecord files, sharded across ranks",
 }
 
 DATASET_SUMMARIES["synthetic_images"] = synthetic_images.SUMMARY
@@ -90,14 +104,77 @@ def resolve(name):
     return DATASETS.resolve(name)
 
 
+# ----- the user's own pipeline: {factory: "pkg.mod:make"} (opt_train.data.factory) -----
+
+# The parameters opt-train reads itself; every other key goes to the user's function.
+FACTORY_SPEC = {
+    "task": p.Param("classification", p.one_of(*TASK_KINDS, kind="task"), "classification | regression"),
+    "num_classes": p.Param(None, p.optional_positive_int, "classes (required for classification)"),
+}
+
+
+def is_factory(spec):
+    """True when `spec` names the user's own pipeline: `{"factory": "package.module:function"}`."""
+    return isinstance(spec, dict)
+
+
+def _factory_errors(spec, params):
+    from opt_train.models.registry import split_factory  # one parser of `pkg.mod:function` for models and data
+
+    try:
+        split_factory(spec)
+    except ValueError as error:
+        return [error]
+    if params is not None and not isinstance(params, dict):
+        return [p.ParamError(None, f"data params must be a mapping. Received: {params!r}")]
+    params = params or {}
+    ours = {key: params[key] for key in FACTORY_SPEC if key in params}
+    errors = p.param_errors(FACTORY_SPEC, ours, "data factory")
+    if not errors and ours.get("task", "classification") == "classification" and ours.get("num_classes") is None:
+        errors.append(p.ParamError("num_classes", "`num_classes` is required for a classification task."))
+    return errors
+
+
 def param_errors(name, params):
     """Every problem with `params` for dataset `name` (exceptions with `.param`)."""
+    if is_factory(name):
+        return _factory_errors(name, params)
     name = resolve(name)
-    return p.param_errors(DATASET_SPECS[name], params, name)
+    errors = p.param_errors(DATASET_SPECS[name], params, name)
+    if errors or name != "tfrecord":
+        return errors
+    return _tfrecord_errors(params)
+
+
+def _tfrecord_errors(params):
+    """`x`, `y`, `weight` name features of the schema; classification has `num_classes` and integer labels."""
+    features, errors = params["features"], []
+    for key in ("x", "y", "weight"):
+        name = params.get(key)
+        if name is not None and name not in features:
+            error = UnknownNameError("feature", name, list(features))
+            error.param = key
+            errors.append(error)
+    task = params.get("task", "classification")
+    if task == "classification" and params.get("num_classes") is None:
+        errors.append(p.ParamError("num_classes", "`num_classes` is required for a classification task."))
+    if not errors:
+        for key in ("x", "y", "weight"):
+            name = params.get(key)
+            if name is not None and features[name]["dtype"] == "string":
+                errors.append(p.ParamError(key, f"`{key}` must name a float32 or int64 feature. Received: {key}={name!r}"))
+        if task == "classification" and features[params["y"]]["dtype"] != "int64":
+            errors.append(p.ParamError("y", f"`y` must name an int64 feature for classification. Received: y={params['y']!r}"))
+    return errors
 
 
 def check_params(name, params):
     """`params` for dataset `name` with defaults filled; raises the first problem."""
+    errors = param_errors(name, params)
+    if errors:
+        raise errors[0]
+    if is_factory(name):
+        return {**{key: param.default for key, param in FACTORY_SPEC.items()}, **(params or {})}
     name = resolve(name)
     return p.check_params(DATASET_SPECS[name], params, name)
 
@@ -113,6 +190,8 @@ _FIXED_TASK_KINDS = {
 
 def task_kind(name, params=None):
     """The task kind dataset `name` yields (classification | regression | sequence)."""
+    if is_factory(name):
+        return (params or {}).get("task", "classification")
     name = resolve(name)
     if name in _FIXED_TASK_KINDS:
         return _FIXED_TASK_KINDS[name]

@@ -9,8 +9,8 @@ every other one with `update_state(y_true, y_pred)`, so the loop needs no per-ta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
 
 TASK_KINDS = ("classification", "regression", "sequence")
 
@@ -37,44 +37,68 @@ class Task:
     num_classes: Optional[int] = None
     vocab_size: Optional[int] = None
     image_shape: Optional[Tuple[int, ...]] = None
+    # The config's `loss` (a keras.losses.Loss) and `metrics` (Keras names), when it gives them.
+    loss_object: Any = field(default=None, compare=False)
+    metric_names: Tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
             raise ValueError(f"`kind` must be one of {TASK_KINDS}. Received: kind={self.kind!r}")
 
-    def loss(self, y_true, y_pred):
+    def loss(self, y_true, y_pred, sample_weight=None):
         """Mean loss over the batch (and positions) as a float32 scalar.
 
         Classification and sequence: sparse softmax cross-entropy of the logits
-        `y_pred` against integer labels. Regression: mean squared error.
+        `y_pred` against integer labels. Regression: mean squared error. With
+        `sample_weight` (one number per example) each example's loss is weighted and
+        the sum divided by the batch size, as Keras's "sum_over_batch_size": so
+        micro-batches and ranks averaged equal one big batch.
         """
         import tensorflow as tf
 
         y_pred = tf.cast(y_pred, tf.float32)
+        if self.loss_object is not None:
+            return tf.cast(self.loss_object(y_true, y_pred, sample_weight=sample_weight), tf.float32)
         if self.kind == "regression":
             y_true = tf.cast(y_true, tf.float32)
-            return tf.reduce_mean(tf.math.squared_difference(y_pred, y_true))
-        labels = tf.cast(y_true, tf.int32)
-        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
-        return tf.reduce_mean(per_example)
+            squared = tf.math.squared_difference(y_pred, y_true)
+            if sample_weight is None:
+                return tf.reduce_mean(squared)
+            per_example = tf.reduce_mean(tf.reshape(squared, [tf.shape(squared)[0], -1]), axis=1)
+        else:
+            labels = tf.cast(y_true, tf.int32)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+            if sample_weight is None:
+                return tf.reduce_mean(per_example)
+            per_example = tf.reshape(per_example, [tf.shape(per_example)[0], -1])
+            per_example = tf.reduce_mean(per_example, axis=1)
+        return tf.reduce_mean(per_example * tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
 
     def make_metrics(self):
         """Fresh metrics by name.
 
         `loss`: a `keras.metrics.Mean` of `self.loss` per batch, weighted by the batch
         size. The rest take `update_state(y_true, y_pred)`: `accuracy` (per example, or
-        per token for sequences), or for regression `mse` and `mae`.
+        per token for sequences), or for regression `mse` and `mae`; then each of
+        `metric_names` not among them, from Keras's registry.
         """
         import keras
 
         loss = keras.metrics.Mean(name="loss")
         if self.kind == "regression":
-            return {
+            metrics = {
                 "loss": loss,
                 "mse": keras.metrics.MeanSquaredError(name="mse"),
                 "mae": keras.metrics.MeanAbsoluteError(name="mae"),
             }
-        return {"loss": loss, "accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+        else:
+            metrics = {"loss": loss, "accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+        if self.metric_names:
+            from opt_train.data.objectives import make_metric
+
+            for name in self.metric_names:
+                metrics.setdefault(name, make_metric(name, self))
+        return metrics
 
     def finalize(self, results):
         """`results` as plain floats, plus derived figures: `perplexity` = exp(loss) for sequences."""

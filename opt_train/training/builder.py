@@ -42,6 +42,12 @@ def build_run(config, backend, *, with_train_op=True):
     keras.mixed_precision.set_dtype_policy(dtype_policy_name(config.dtype))
 
     data = build_data_for(config, backend)
+    if config.loss is not None or config.metrics:
+        from opt_train.data.objectives import with_objectives
+
+        with _config_key(config, "loss_params"):
+            task = with_objectives(data.task, config.loss, dict(config.loss_params), config.metrics)
+        data = data._replace(task=task)
     with _config_key(config, "model_params"):
         too_large = _memory_problem(config, data.task)
         if too_large:
@@ -164,9 +170,10 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
     from opt_train.optimizers import get_regularization_loss, optimize_loss
 
     def loss_fn(batch):
-        features, labels = batch
+        features, labels, *weights = batch  # a data factory may add per-example sample weights
         predictions = model(features, training=True)
-        return task.loss(labels, predictions) + get_regularization_loss(model)
+        sample_weight = weights[0] if weights else None
+        return task.loss(labels, predictions, sample_weight=sample_weight) + get_regularization_loss(model)
 
     with _config_key(config, "optimizer_params"):
         train_op = optimize_loss(

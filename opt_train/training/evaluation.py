@@ -17,22 +17,23 @@ class Evaluator:
         self.metrics = data.task.make_metrics()
         self._step = tf.function(self._update, jit_compile=jit_compile, reduce_retracing=True)
 
-    def _update(self, features, labels):
+    def _update(self, features, labels, sample_weight=None):
         predictions = self.model(features, training=False)
         for name, metric in self.metrics.items():
             if name == "loss":
                 # Weighted by batch size, so a short last batch counts for what it holds.
                 metric.update_state(
-                    self.task.loss(labels, predictions), sample_weight=tf.shape(labels)[0]
+                    self.task.loss(labels, predictions, sample_weight=sample_weight),
+                    sample_weight=tf.shape(labels)[0],
                 )
             else:
-                metric.update_state(labels, predictions)
+                metric.update_state(labels, predictions, sample_weight=sample_weight)
 
     def __call__(self):
         for metric in self.metrics.values():
             metric.reset_state()
-        for features, labels in self.dataset:
-            self._step(features, labels)
+        for batch in self.dataset:  # (x, y) or, from a data factory, (x, y, sample_weight)
+            self._step(*batch)
         results = {name: float(metric.result()) for name, metric in self.metrics.items()}
         return self.task.finalize(results)
 
@@ -54,6 +55,8 @@ def evaluate(config, checkpoint=None):
     found = resolve_checkpoint(checkpoint, config.logdir)
     path = found if checkpoint is not None else None  # None: the newest that restores
     run = build_run(config, get_backend(False), with_train_op=False)
+    if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
+        raise TrainingFailed(f"{config.data} has no eval split to evaluate on")
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
     # Every weight of the model must come from the checkpoint: a partial match is refused.
     restored = checkpoints.restore(path, whole=False)

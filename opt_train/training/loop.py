@@ -110,7 +110,9 @@ class Session:
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.reporter = Reporter(config.logdir, enabled=self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
-        self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if self.chief else None
+        # A source without an eval split (TFRecord without eval_files) is not evaluated.
+        evaluates = self.chief and run.data.eval is not None
+        self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py).
@@ -158,7 +160,9 @@ class Session:
         # The train stream is a pure function of (seed, position) on every rank, so
         # skipping the batches already consumed resumes it exactly, for any number of
         # ranks, without checkpointing an iterator per rank.
-        self.iterator = iter(self.run.data.train.skip(self.step * config.iter_size))
+        # A streamed source (TFRecord) starts at the epoch the position falls in instead
+        # of reading every batch before it.
+        self.iterator = iter(self.run.data.train_from(self.step * config.iter_size))
         if restored:
             self.progress.message(f"resumed from {restored} at step {self.step}")
         self.progress.message(

@@ -13,6 +13,7 @@ from opt_train.config import ConfigError, LarcParams, TrainConfig, derived, load
 # num_checkpoints and summaries are OpenSeq2Seq's (issue 17).
 SPEC_DEFAULTS = {
     "model": "mlp", "model_params": {}, "data": "digits", "data_params": {},
+    "loss": None, "loss_params": {}, "metrics": [],
     "batch_size_per_gpu": 32, "eval_batch_size": None, "num_epochs": None,
     "optimizer": "Adam", "optimizer_params": {}, "lr_policy": "fixed", "lr_policy_params": {},
     "warmup": None, "dtype": "float32", "loss_scaling": 1.0, "loss_scaling_params": {},

@@ -1,0 +1,51 @@
+"""Epoch streams for sources that are not in memory: stateless window shuffles, and starting at a batch position."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def epoch_seed(seed, epoch):
+    """One int64 from (seed, epoch), the key of an epoch's random order."""
+    return tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
+
+
+def shuffled_batches(elements, *, window, batch_size, seed, parse=None):
+    """Batches of `elements`, each run of `window` elements first put in a stateless random order.
+
+    The order is keyed by (seed, window index) alone: `Dataset.shuffle` would mix its op
+    seed with the process's global seed. Windows are permuted whole, `parse`d whole (one
+    vectorized call for `window` records instead of one per batch) and cut into batches
+    with `rebatch`, so no per-element step is added to the pipeline. The last short
+    batch is dropped.
+    """
+
+    def permute(index, block):
+        first = tf.nest.flatten(block)[0]
+        key = tf.stack([tf.cast(seed, tf.int64), index])
+        order = tf.argsort(tf.random.stateless_uniform(tf.shape(first)[:1], seed=key))
+        shuffled = tf.nest.map_structure(lambda part: tf.gather(part, order), block)
+        return shuffled if parse is None else parse(shuffled)
+
+    if window <= 1:
+        batches = elements.batch(batch_size, drop_remainder=True)
+        return batches if parse is None else batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    windows = elements.batch(window).enumerate().map(permute, num_parallel_calls=tf.data.AUTOTUNE)
+    return windows.rebatch(batch_size, drop_remainder=True)
+
+
+def stream_from(one_epoch, position, *, steps_per_epoch, parse=None):
+    """The batches of the epochs `one_epoch(epoch)` yields, from batch number `position` on.
+
+    `one_epoch` returns exactly `steps_per_epoch` batches, so a start at `position`
+    equals the whole stream with `position` batches skipped: it begins at the epoch
+    `position` falls in and skips that epoch's first batches before `parse` (e.g.
+    `tf.io.parse_example`) runs on them.
+    """
+    epoch, offset = divmod(int(position), steps_per_epoch)
+    first = one_epoch(tf.constant(epoch, tf.int64)).skip(offset)
+    rest = tf.data.Dataset.counter(start=epoch + 1).flat_map(one_epoch)
+    batches = first.concatenate(rest)
+    if parse is not None:
+        batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return batches.prefetch(tf.data.AUTOTUNE)

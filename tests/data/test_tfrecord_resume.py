@@ -1,0 +1,78 @@
+"""A TFRecord run killed with SIGKILL and run again ends equal, tensor for tensor, to an uninterrupted run."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from tests.support import REPO, read_json
+
+RUN = {
+    "model": "mlp",
+    "model_params": {"hidden_units": [16], "dropout": 0.2},
+    "batch_size_per_gpu": 16,  # 200 train examples: 12 updates an epoch, 8 examples left out of each
+    "optimizer": "Momentum",
+    "optimizer_params": {"learning_rate": 0.05, "momentum": 0.9},
+    "print_loss_steps": 1,
+    "save_checkpoint_steps": 7,  # checkpoints fall inside epochs, never on their edges alone
+    "save_summaries_steps": None,
+    "random_seed": 3,
+}
+
+
+def _state(logdir):
+    reader = tf.train.load_checkpoint(str(logdir / "checkpoints"))
+    names = [n for n in reader.get_variable_to_shape_map() if not n.startswith(("_CHECKPOINTABLE", "save_counter"))]
+    return {n: reader.get_tensor(n) for n in names}
+
+
+@pytest.mark.slow
+def test_killed_tfrecord_run_resumes_exactly(cli, tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(250, 6)).astype(np.float32), y=rng.integers(0, 3, size=250))
+    converted = cli("data", "to-tfrecord", tmp_path / "d.npz", "--out", tmp_path / "rec", "--shards", 3,
+                    "--compression", "GZIP", "--eval-fraction", 0.2)
+    assert converted.exit_code == 0, converted.output
+    block = yaml.safe_load(converted.output)
+    block["data_params"]["shuffle_buffer"] = 50
+
+    def config(name, max_steps):
+        path = tmp_path / f"{name}.yaml"
+        payload = {**RUN, **block, "max_steps": max_steps, "logdir": str(tmp_path / name)}
+        path.write_text(yaml.safe_dump(payload))
+        return path
+
+    legs = config("legs", 100000)
+    job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(legs)], cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    index = tmp_path / "legs" / "checkpoints" / "checkpoint"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            saved = tf.train.latest_checkpoint(str(index.parent)) if index.exists() else None
+            if saved and int(saved.rsplit("-", 1)[1]) >= 14:
+                break
+            time.sleep(0.05)
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    step = int(tf.train.latest_checkpoint(str(index.parent)).rsplit("-", 1)[1])
+    assert step >= 14
+    end = step + 17  # past at least one more epoch edge
+
+    resumed = cli("train", "--config", legs, "--set", f"max_steps={end}")
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resumed from" in resumed.output and f"at step {step}" in resumed.output
+    assert cli("train", "--config", config("whole", end)).exit_code == 0
+
+    expected, actual = _state(tmp_path / "whole"), _state(tmp_path / "legs")
+    assert expected.keys() == actual.keys() and int(actual["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == end
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+    whole, legs_final = read_json(tmp_path / "whole" / "final_metrics.json"), read_json(tmp_path / "legs" / "final_metrics.json")
+    assert whole["eval/accuracy"] == legs_final["eval/accuracy"]
