@@ -9,28 +9,26 @@ does not have. Every problem with it is a `FactoryError` at the config key
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import traceback
 
 import numpy as np
 import tensorflow as tf
 
+from opt_train import usercode
 from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
 from opt_train.data.task import Task
+from opt_train.usercode import UserCodeError
 
 # Elements shuffled together; the user's pipeline may stream, so not the whole split.
 SHUFFLE_WINDOW = 10000
 OPT_TRAIN_PARAMS = ("task", "num_classes")
 
 
-class FactoryError(ValueError):
+class FactoryError(UserCodeError):
     """A problem with the user's factory; `.key` is where the config layer reports it."""
 
-    def __init__(self, message, key="data.factory"):
-        super().__init__(message)
-        self.key = key
+    def __init__(self, message, key="data.factory", details=""):
+        super().__init__(key, message, details)
 
 
 def load_function(spec, key="data.factory"):
@@ -39,25 +37,9 @@ def load_function(spec, key="data.factory"):
 
     module_name, name = split_factory(spec)
     try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # the user's module may fail in any way while importing
-        if isinstance(error, ModuleNotFoundError) and error.name and module_name.startswith(error.name):
-            raise FactoryError(f"no module {module_name!r} (run from the directory that holds it, "
-                               f"or put it on PYTHONPATH)", key) from None
-        raise FactoryError(f"importing {module_name!r} failed: {_user_error(error)}", key) from None
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise FactoryError(f"module {module_name!r} has no function {name!r}", key)
-    return function
-
-
-def _user_error(error):
-    """`Kind: message` and the traceback lines that lie outside opt-train and TensorFlow."""
-    ours = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(tf.__file__))
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(ours)]
-    lines = [f"{type(error).__name__}: {error}"]
-    lines += [f"  {f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-3:]]
-    return "\n".join(lines)
+        return usercode.load(f"{module_name}:{name}", key)
+    except UserCodeError as error:
+        raise FactoryError(error.message, key, error.details) from None
 
 
 def call_factory(function, split, params, *, rank, size, seed):
@@ -65,9 +47,10 @@ def call_factory(function, split, params, *, rank, size, seed):
     declared = inspect.signature(function).parameters
     extra = {name: value for name, value in (("rank", rank), ("size", size), ("seed", seed)) if name in declared}
     try:
-        dataset = function(split=split, **params, **extra)
-    except Exception as error:  # anything the user's code raises is theirs to fix
-        raise FactoryError(f"{_qualname(function)}(split={split!r}) raised {_user_error(error)}") from None
+        dataset = usercode.call(function, "data.factory", split=split, **params, **extra)
+    except UserCodeError as error:
+        raise FactoryError(f"{_qualname(function)}(split={split!r}) raised {error.message.split(': ', 1)[-1]}",
+                           details=error.details) from None
     if dataset is not None and not isinstance(dataset, tf.data.Dataset):
         raise FactoryError(f"{_qualname(function)}(split={split!r}) must return a tf.data.Dataset or None. "
                            f"Received: {type(dataset).__name__}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from opt_train import params as _p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param, fail
+from opt_train.suggest import UnknownNameError
 
 __all__ = ["REQUIRED", "Param", "ParamError", "check_params", "param_errors"]
 
@@ -87,7 +88,7 @@ def file_globs(name, value):
         return
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v for v in value):
         return
-    _fail(name, "a glob or a non-empty list of globs", value)
+    raise ParamError(name, "wrong_type", "must be a glob or a non-empty list of globs", value)
 
 
 def optional_file_globs(name, value):
@@ -98,25 +99,21 @@ def optional_file_globs(name, value):
 def compression_name(name, value):
     """none | GZIP | ZLIB, in any case."""
     if not isinstance(value, str) or value.lower() not in [c.lower() for c in TFRECORD_COMPRESSIONS]:
-        error = UnknownNameError("compression", value, TFRECORD_COMPRESSIONS)
-        error.param = name
-        raise error
+        raise UnknownNameError("compression", value, TFRECORD_COMPRESSIONS, param=name)
 
 
 def feature_schema(name, value):
     """`{feature: {dtype: float32 | int64 | string, shape: [d, ...]}}`, at least one feature."""
     if not isinstance(value, dict) or not value:
-        _fail(name, "a mapping of feature names to {dtype, shape}", value)
+        raise ParamError(name, "wrong_type", "must be a mapping of feature names to {dtype, shape}", value)
     for feature, spec in value.items():
         key = f"{name}.{feature}"
         if not isinstance(spec, dict) or set(spec) - {"dtype", "shape"} or "dtype" not in spec:
-            raise ParamError(key, f"`{key}` must be {{dtype: ..., shape: [...]}}. Received: {spec!r}")
+            raise ParamError(key, "wrong_type", "must be {dtype: ..., shape: [...]}", spec)
         if spec["dtype"] not in FEATURE_DTYPES:
-            error = UnknownNameError("feature dtype", spec["dtype"], FEATURE_DTYPES)
-            error.param = f"{key}.dtype"
-            raise error
+            raise UnknownNameError("feature dtype", spec["dtype"], FEATURE_DTYPES, param=f"{key}.dtype")
         shape = spec.get("shape", [])
-        if not isinstance(shape, (list, tuple)) or not all(_is_int(d) and d >= 1 for d in shape):
-            raise ParamError(
-                f"{key}.shape", f"`{key}.shape` must be a list of positive integers. Received: {shape!r}"
-            )
+        if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
+        ):
+            raise ParamError(f"{key}.shape", "wrong_type", "must be a list of positive integers", shape)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from opt_train.data import params as p
 from opt_train.data import synthetic_images
-from opt_train.suggest import Registry
+from opt_train.suggest import Registry, UnknownNameError
 
 TASK_KINDS = ("classification", "regression")
 
@@ -126,12 +126,12 @@ def _factory_errors(spec, params):
     except ValueError as error:
         return [error]
     if params is not None and not isinstance(params, dict):
-        return [p.ParamError(None, f"data params must be a mapping. Received: {params!r}")]
+        return [p.ParamError(None, "wrong_type", "data params must be a mapping", params)]
     params = params or {}
     ours = {key: params[key] for key in FACTORY_SPEC if key in params}
     errors = p.param_errors(FACTORY_SPEC, ours, "data factory")
     if not errors and ours.get("task", "classification") == "classification" and ours.get("num_classes") is None:
-        errors.append(p.ParamError("num_classes", "`num_classes` is required for a classification task."))
+        errors.append(p.ParamError("num_classes", "missing", "is required for a classification task"))
     return errors
 
 
@@ -157,14 +157,14 @@ def _tfrecord_errors(params):
             errors.append(error)
     task = params.get("task", "classification")
     if task == "classification" and params.get("num_classes") is None:
-        errors.append(p.ParamError("num_classes", "`num_classes` is required for a classification task."))
+        errors.append(p.ParamError("num_classes", "missing", "is required for a classification task"))
     if not errors:
         for key in ("x", "y", "weight"):
             name = params.get(key)
             if name is not None and features[name]["dtype"] == "string":
-                errors.append(p.ParamError(key, f"`{key}` must name a float32 or int64 feature. Received: {key}={name!r}"))
+                errors.append(p.ParamError(key, "wrong_type", "must name a float32 or int64 feature", name))
         if task == "classification" and features[params["y"]]["dtype"] != "int64":
-            errors.append(p.ParamError("y", f"`y` must name an int64 feature for classification. Received: y={params['y']!r}"))
+            errors.append(p.ParamError("y", "wrong_type", "must name an int64 feature for classification", params["y"]))
     return errors
 
 

@@ -13,7 +13,7 @@ from opt_train import params as p
 from opt_train.config import ConfigError, ConfigIssue
 from opt_train.config.source import parse_scalar
 from opt_train.errors import ParamError
-from opt_train.suggest import UnknownNameError
+from opt_train.suggest import UnknownNameError, closest
 
 # Where problems with `--grid` / `--random` etc. are said to come from.
 GRID_OPTION = "--grid"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from opt_train.training.errors import RunRefused
+from opt_train.training.errors import RunRefused, TrainingFailed
 
 
 class Evaluator:
