@@ -18,13 +18,13 @@ import socket
 import time
 
 from opt_train.atomic import write_json
-from opt_train.config import ConfigError, load_config
+from opt_train.config import ConfigError, ConfigIssue, load_config
 from opt_train.sweep import hparams
 from opt_train.sweep import study as studies
 from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
 from opt_train.sweep.results import append_result, finite_json, format_table, make_record, summary_line
 from opt_train.sweep.runner import Job, run_jobs, thread_environment
-from opt_train.sweep.spec import build_spec
+from opt_train.sweep.spec import build_spec, metric_problem
 from opt_train.sweep.status import (
     FAILED,
     LOG_FILE,
@@ -86,6 +86,13 @@ def plan_sweep(configs, overrides, base_config, options, out=None, np=1):
     and each choice). Reads nothing but configs and writes nothing.
     """
     spec = build_spec(base_config.sweep, options, base_config.locate)
+    problem = metric_problem(spec.metric, base_config)
+    if problem:
+        if options is not None and options.metric is not None:
+            issue = ConfigIssue("--metric", 0, "", "unknown_name", problem, options.metric)
+        else:
+            issue = base_config.issue("sweep.metric", problem, "unknown_name", spec.metric)
+        raise ConfigError([issue])
     out = str(out or default_out(base_config))
     plan = SweepPlan(
         spec=spec,

@@ -15,6 +15,18 @@ from opt_train.config.source import parse_scalar
 from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError, closest
 
+# Trials one sweep may plan: past this, planning (and checking every trial's config) would
+# take longer than a user waits for a first line; split the sweep or sample instead.
+MAX_TRIALS = 10_000
+# The figures of final_metrics.json besides the evaluation's.
+RUN_FIGURES = ("train/loss", "global_step", "skipped_steps")
+# What each task kind's evaluation reports (opt_train.data.task.Task.make_metrics / finalize).
+EVAL_FIGURES = {
+    "classification": ("loss", "accuracy"),
+    "sequence": ("loss", "accuracy", "perplexity"),
+    "regression": ("loss", "mse", "mae"),
+}
+
 # Where problems with `--grid` / `--random` etc. are said to come from.
 GRID_OPTION = "--grid"
 OPTIONS = "options"
@@ -175,6 +187,13 @@ def build_spec(block, options=None, locate=None):
     pruner, pruner_params = _pruner(options.pruner, block, issues)
     storage = _text(options.storage, "--storage", block, "storage", issues)
     study = _text(options.study, "--study", block, "study", issues)
+    planned = _count(grid) * (repeats or 1) * ((trials or 1) if random else 1)
+    if planned > MAX_TRIALS:
+        issues.block(
+            "sweep.grid" if block.get("grid") else "sweep", "too_large",
+            f"plans {planned:,} trials, more than {MAX_TRIALS:,}; split the sweep, or sample ranges "
+            "(sweep.random) for a number of trials",
+        )
     if not grid and not random and (repeats or 1) == 1 and not issues.found:
         issues.option(
             OPTIONS, "", "missing",
@@ -187,6 +206,28 @@ def build_spec(block, options=None, locate=None):
         mode=mode, repeats=repeats or 1, sampler=sampler, pruner=pruner, pruner_params=pruner_params,
         storage=storage, study=study,
     )
+
+
+def _count(grid):
+    count = 1
+    for values in grid.values():
+        count *= len(values)
+    return count
+
+
+def metric_problem(metric, config):
+    """Why no trial of `config` can report `metric` (a did-you-mean), or None."""
+    from opt_train.data.objective_names import resolve_metric
+    from opt_train.data.registry import task_kind
+
+    kind = task_kind(config.data, config.data_params)
+    names = [*EVAL_FIGURES.get(kind, ()), *(resolve_metric(name) for name in getattr(config, "metrics", ()))]
+    known = [*RUN_FIGURES, *(f"eval/{name}" for name in names)]
+    if metric in known:
+        return None
+    hint = closest(metric, known)
+    return (f"no trial reports {metric!r}; " + (f"did you mean '{hint}'?" if hint else "")
+            + f" ({kind} runs report {', '.join(known)})")
 
 
 def _known_block(block, issues):

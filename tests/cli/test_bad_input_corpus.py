@@ -152,6 +152,24 @@ LAYERING_CASES = [
     case("lr_preview_too_long", "max_steps: 1000000000000000\n", command="lr", expect="max_steps"),
 ]
 
+# -- sweeps: checked before any trial runs ----------------------------------------------------
+
+SWEEP_CASES = [
+    case("sweep_unknown_metric", OK, command="sweep", expect="did you mean 'eval/accuracy'",
+         args=("--grid", "optimizer_params.learning_rate=0.1,0.01", "--metric", "eval/acuracy", "--dry-run",
+               "--out", "sweep")),
+    case("sweep_metric_without_prefix", OK, command="sweep", expect="[unknown_name]",
+         args=("--grid", "optimizer_params.learning_rate=0.1,0.01", "--metric", "accuracy", "--dry-run",
+               "--out", "sweep")),
+    case("sweep_grid_too_large", OK, command="sweep", expect="[too_large]",
+         args=("--grid", "random_seed=" + ",".join(map(str, range(1000))),
+               "--grid", "iter_size=" + ",".join(map(str, range(1, 1001))), "--dry-run", "--out", "sweep")),
+    case("sweep_block_grid_too_large", OK + "sweep:\n  grid:\n    random_seed: [" + ", ".join(map(str, range(200)))
+         + "]\n    iter_size: [" + ", ".join(map(str, range(1, 101))) + "]\n", command="sweep",
+         expect="sweep.grid", args=("--dry-run", "--out", "sweep")),
+    case("sweep_nothing_to_sweep", OK, command="sweep", expect="nothing to sweep", args=("--dry-run", "--out", "sweep")),
+]
+
 # -- data and model files (these run `train`: found while building, before any step) ---
 
 DATA_CASES = [
@@ -266,7 +284,7 @@ FACTORY_CASES = [
          expect="optimizer"),
 ]
 
-ALL_CASES = YAML_CASES + RANGE_CASES + LAYERING_CASES + DATA_CASES + FACTORY_CASES
+ALL_CASES = YAML_CASES + RANGE_CASES + LAYERING_CASES + SWEEP_CASES + DATA_CASES + FACTORY_CASES
 
 
 def materialize(folder, name, content):
