@@ -109,11 +109,11 @@ def feature_schema(name, value):
     for feature, spec in value.items():
         key = f"{name}.{feature}"
         if not isinstance(spec, dict) or set(spec) - {"dtype", "shape"} or "dtype" not in spec:
-            raise ParamError(key, "wrong_type", "must be {dtype: ..., shape: [...]}", spec)
+            raise ParamError(name, "wrong_type", f"`{feature}` must be {{dtype: ..., shape: [...]}}", spec)
         if spec["dtype"] not in FEATURE_DTYPES:
             raise UnknownNameError("feature dtype", spec["dtype"], FEATURE_DTYPES, param=f"{key}.dtype")
         shape = spec.get("shape", [])
         if not isinstance(shape, (list, tuple)) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
         ):
-            raise ParamError(f"{key}.shape", "wrong_type", "must be a list of positive integers", shape)
+            raise ParamError(name, "wrong_type", f"`{feature}.shape` must be a list of positive integers", shape)

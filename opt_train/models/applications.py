@@ -9,6 +9,7 @@ import keras
 from opt_train.models.layers import output_head, task_input
 from opt_train.models.registry import APPLICATION_FIXED_PARAMS
 from opt_train.suggest import UnknownNameError
+from opt_train.models.registry import model_error
 
 
 def application_image_shape(name, task):
@@ -20,7 +21,7 @@ def application_image_shape(name, task):
         return shape + (1,)
     image = task.image_shape
     if image is None or task.input_dtype != "float32":
-        raise ValueError(
+        raise model_error(
             f"`model` {name} needs image inputs (height, width, channels) per example. "
             f"Received: input_shape={shape}"
         )
@@ -39,7 +40,7 @@ def _check_params(constructor, params):
     accepted = [n for n in inspect.signature(constructor).parameters if n not in APPLICATION_FIXED_PARAMS]
     for param in params:
         if param not in accepted:
-            raise UnknownNameError(f"{constructor.__name__} parameter", param, accepted)
+            raise UnknownNameError(f"{constructor.__name__} parameter", param, accepted, param=param, code="unknown_key")
 
 
 def build_application(name, params, task, regularizer=None):
@@ -73,7 +74,8 @@ def build_application(name, params, task, regularizer=None):
     try:
         body = constructor(**kwargs)
     except ValueError as error:  # Keras's own shape checks, e.g. "at least 32x32"
-        raise ValueError(f"`model` {name} cannot take this data's images {image}: {error}") from None
+        raise model_error(
+f"`model` {name} cannot take this data's images {image}: {error}") from None
     inputs = task_input(task)
     hidden = inputs if tuple(task.input_shape) == image else keras.layers.Reshape(image, name="to_image")(inputs)
     features = body(hidden)

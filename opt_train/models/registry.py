@@ -79,7 +79,7 @@ KERAS_APPLICATIONS = (
     "ResNet101", "ResNet101V2", "ResNet152", "ResNet152V2", "ResNet50", "ResNet50V2",
     "VGG16", "VGG19", "Xception",
 )
-APPLICATIONS = Registry("keras application", KERAS_APPLICATIONS, param="keras_application")
+APPLICATIONS = Registry("keras application", KERAS_APPLICATIONS)
 
 # Set by opt-train from the data (or never downloaded), so not the user's to give.
 APPLICATION_FIXED_PARAMS = ("weights", "input_shape", "input_tensor", "classes", "classifier_activation")
@@ -108,6 +108,11 @@ def is_factory(spec):
 def resolve_application(name):
     """The `keras.applications` constructor name (case and `_`/`-` ignored); raises UnknownNameError."""
     return APPLICATIONS.resolve(name)
+
+
+def model_error(message):
+    """A problem with the `model` key found while building it: reported at `model`."""
+    return p.ParamError(None, "out_of_range", message, key="model", text=message)
 
 
 def check_spec(spec):

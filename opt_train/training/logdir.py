@@ -170,6 +170,7 @@ class LogdirLock:
     def __enter__(self):
         import fcntl
 
+        self._existing = _nearest_existing(self.logdir)
         usable(self.logdir, self.config)
         path = os.path.join(self.logdir, LOCK_FILE)
         try:
@@ -198,9 +199,29 @@ class LogdirLock:
 
     def __exit__(self, *exc_info):
         if self._descriptor is not None:
+            self._forget_if_unused()
             with contextlib.suppress(OSError):
                 os.close(self._descriptor)  # closing the only descriptor releases the flock
             self._descriptor = None
+
+    def _forget_if_unused(self):
+        """A run that wrote nothing (a config that failed while building) leaves no logdir behind."""
+        with contextlib.suppress(OSError):
+            if os.listdir(self.logdir) != [LOCK_FILE]:
+                return
+            os.remove(os.path.join(self.logdir, LOCK_FILE))
+            folder = os.path.abspath(self.logdir)
+            while folder != self._existing and folder != os.path.dirname(folder):
+                os.rmdir(folder)  # only the folders this lock created, each empty
+                folder = os.path.dirname(folder)
+
+
+def _nearest_existing(path):
+    """`path`, or its nearest ancestor that exists (absolute)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    return path
 
 
 def _read_holder(descriptor):

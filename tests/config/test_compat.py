@@ -56,7 +56,9 @@ def test_tf_dtype_spellings(tmp_path, written, dtype):
     ("tf.train.AdamOptimizer", "Adam"),
 ])
 def test_dotted_optimizer_paths_reach_opt_trains_class(tmp_path, written, name):
-    assert load_config([write(tmp_path, f"max_steps: 10\noptimizer: {written}\n")]).optimizer == name
+    # Momentum has no default momentum (as in TF1): the config gives one.
+    params = "optimizer_params: {momentum: 0.9}\n" if name == "Momentum" else ""
+    assert load_config([write(tmp_path, f"max_steps: 10\noptimizer: {written}\n{params}")]).optimizer == name
 
 
 def test_dotted_policy_path(tmp_path):

@@ -160,7 +160,7 @@ def test_locate_falls_back_to_the_enclosing_key(tmp_path):
 
 def test_issue_for_a_problem_found_later(tmp_path):
     # A class by dotted path: only its constructor knows its parameters, so beta_1 loads.
-    text = "max_steps: 3\noptimizer_params:\n  beta_1: 1.5\noptimizer: keras.optimizers.Adam\n"
+    text = "max_steps: 3\noptimizer_params:\n  beta_1: 1.5\noptimizer: examples.my_optimizer.SignSGD\n"
     config = load_config([write(tmp_path, text)])
     issue = config.issue("optimizer_params.beta_1", "must be in [0, 1)", "out_of_range", 1.5)
     assert issue.format() == (

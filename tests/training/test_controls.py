@@ -16,7 +16,7 @@ SCORES = [1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.89, 0.95, 0.96, 0.97, 0.98, 0.97, 
 
 def control(params, rate=0.1):
     schedule = ScaledSchedule(get_lr_policy("fixed", learning_rate=rate))
-    return LearningRateControl(lr_control(params), schedule, get_backend(False))
+    return LearningRateControl(lr_control("lr_control", params), schedule, get_backend(False))
 
 
 @pytest.mark.parametrize("params", [
@@ -124,7 +124,7 @@ def test_early_stopping_is_keras_early_stopping(params):
     keras_callback = keras.callbacks.EarlyStopping(monitor="val_loss", **params)
     keras_callback.set_model(model)
     keras_callback.on_train_begin()
-    mine = EarlyStopping(early_stopping(params))
+    mine = EarlyStopping(early_stopping("early_stopping", params))
     keras_stop = mine_stop = None
     for epoch, score in enumerate(SCORES):
         keras_callback.on_epoch_end(epoch, {"val_loss": score})
