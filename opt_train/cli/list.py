@@ -28,7 +28,8 @@ def _lr_policies():
     from opt_train.lr_policies.registry import FUNCTION_NAMES
 
     for name, specs in POLICY_PARAMS.items():
-        yield f"{name:<12} ({FUNCTION_NAMES[name]}) {_params(_defaults(specs))}"
+        known_as = f" ({FUNCTION_NAMES[name]})" if name in FUNCTION_NAMES else ""
+        yield f"{name:<12}{known_as} {_params(_defaults(specs))}"
     yield f"{'warmup':<12} (wraps any policy) {_params(_defaults(WARMUP_PARAMS))}"
 
 

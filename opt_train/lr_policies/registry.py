@@ -22,10 +22,11 @@ from opt_train.lr_policies.params import (
 )
 from opt_train.suggest import Registry
 
-# Canonical short names, in the order the README lists them.
-POLICY_NAMES = ("fixed", "exp", "poly", "inv_poly", "piecewise", "transformer", "cosine")
+# Canonical short names, in the order the README lists them: a policy is registered
+# by its parameter table.
+POLICY_NAMES = tuple(POLICY_PARAMS)
 
-# canonical name -> OpenSeq2Seq's function name.
+# canonical name -> OpenSeq2Seq's function name (OpenSeq2Seq's policies only).
 FUNCTION_NAMES = {
     "fixed": "fixed_lr",
     "exp": "exp_decay",

@@ -24,6 +24,10 @@ from opt_train.lr_policies.registry import check_warmup
 _FLOAT = tf.float32
 
 
+# policy name -> schedule class, filled in as each class is defined.
+SCHEDULE_CLASSES = {}
+
+
 def _serializable(cls):
     return keras.saving.register_keras_serializable(package="opt_train")(cls)
 
@@ -32,10 +36,18 @@ class PolicySchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Base of the policy schedules: checks parameters once, casts the step, names the op.
 
     Subclasses set `policy` (the canonical name) and write `rate(step)` for a
-    float32 `step` tensor, reading their parameters from `self.params`.
+    float32 `step` tensor, reading their parameters from `self.params`. Defining
+    the subclass registers it: in `SCHEDULE_CLASSES` under its name, and with
+    `keras.saving` (its parameters' entry in `params.POLICY_PARAMS` is the rest
+    of a new policy's registration).
     """
 
     policy = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.policy is not None:
+            SCHEDULE_CLASSES[cls.policy] = _serializable(cls)
 
     def __init__(self, learning_rate, **params):
         self.learning_rate = check_learning_rate(learning_rate)
@@ -71,7 +83,6 @@ def steps_into_decay(step, begin_decay_at, decay_steps=None):
     return elapsed if decay_steps is None else tf.minimum(elapsed, float(decay_steps))
 
 
-@_serializable
 class FixedLR(PolicySchedule):
     """`fixed`: the base learning rate at every step."""
 
@@ -81,7 +92,6 @@ class FixedLR(PolicySchedule):
         return tf.fill(tf.shape(step), tf.constant(self.learning_rate, _FLOAT))
 
 
-@_serializable
 class ExpDecay(PolicySchedule):
     """`exp`: exponential decay after `begin_decay_at`, floored at `min_lr`.
 
@@ -106,7 +116,6 @@ class ExpDecay(PolicySchedule):
         return tf.maximum(float(p["min_lr"]), held)
 
 
-@_serializable
 class PolyDecay(PolicySchedule):
     """`poly`: OpenSeq2Seq's polynomial decay with optional in-policy linear warm-up.
 
@@ -133,7 +142,6 @@ class PolyDecay(PolicySchedule):
         return tf.where(step < p["begin_decay_at"], base, decayed)
 
 
-@_serializable
 class InvPolyDecay(PolicySchedule):
     """`inv_poly`: inverse polynomial decay that reaches `min_lr` after `decay_steps`.
 
@@ -167,7 +175,6 @@ class InvPolyDecay(PolicySchedule):
         return (math.pow(self.learning_rate / floor, 1.0 / p["power"]) - 1.0) / p["decay_steps"]
 
 
-@_serializable
 class PiecewiseConstant(PolicySchedule):
     """`piecewise`: `lr_0` up to the first boundary, then `lr_0 * decay_rates[i]`.
 
@@ -194,7 +201,6 @@ class PiecewiseConstant(PolicySchedule):
         return tf.gather(tf.constant(values, _FLOAT), passed)
 
 
-@_serializable
 class TransformerPolicy(PolicySchedule):
     """`transformer`: the "noam" schedule of Vaswani et al., with an optional cap.
 
@@ -217,7 +223,6 @@ class TransformerPolicy(PolicySchedule):
         return value
 
 
-@_serializable
 class CosineDecay(PolicySchedule):
     """`cosine`: OpenSeq2Seq's cosine decay with optional in-policy linear warm-up.
 
@@ -243,19 +248,6 @@ class CosineDecay(PolicySchedule):
         decayed = base * ((1.0 - p["min_lr"]) * cosine + p["min_lr"])
         return tf.where(step < p["begin_decay_at"], base, decayed)
 
-
-SCHEDULE_CLASSES = {
-    cls.policy: cls
-    for cls in (
-        FixedLR,
-        ExpDecay,
-        PolyDecay,
-        InvPolyDecay,
-        PiecewiseConstant,
-        TransformerPolicy,
-        CosineDecay,
-    )
-}
 
 
 @_serializable
