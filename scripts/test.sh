@@ -8,4 +8,6 @@ python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 bash scripts/install_horovod.sh
 bash scripts/install_postgres.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-exec python -m pytest "$@"
+# Two workers, each taking the next test as it frees (worksteal: durations vary from
+# milliseconds to a minute); `-n 0` as an extra argument runs in one process.
+exec python -m pytest -n 2 --dist worksteal "$@"

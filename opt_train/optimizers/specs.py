@@ -104,66 +104,76 @@ _RETURNN_ADAM = {
     "epsilon": Param(1e-8, p.number(0, interval=True)),
 }
 
+# opt-train's own classes (on `base.Optimizer`) take TF1's `use_locking`, passed to the
+# fused kernels; the Keras family's constructors do not.
+USE_LOCKING = Param(False, _BOOL)
+
+
+def _own(params):
+    """The table of one of opt-train's own classes: its arguments and `use_locking`."""
+    return {**params, "use_locking": USE_LOCKING}
+
+
 # display name -> {parameter: Param}: the class's own constructor arguments.
 OPTIMIZER_PARAMS = {
-    "GradientDescent": {"learning_rate": _lr(0.01)},
-    "ProximalGradientDescent": {"learning_rate": _lr(0.01), **_L1_L2},
-    "Momentum": {
+    "GradientDescent": _own({"learning_rate": _lr(0.01)}),
+    "ProximalGradientDescent": _own({"learning_rate": _lr(0.01), **_L1_L2}),
+    "Momentum": _own({
         "learning_rate": _lr(0.01),
         # TF1's MomentumOptimizer has no default momentum.
         "momentum": Param(REQUIRED, _NON_NEGATIVE),
         "use_nesterov": Param(False, _BOOL),
-    },
-    "Adagrad": {"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, _POSITIVE)},
-    "ProximalAdagrad": {
+    }),
+    "Adagrad": _own({"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, _POSITIVE)}),
+    "ProximalAdagrad": _own({
         "learning_rate": _lr(0.01),
         "initial_accumulator_value": Param(0.1, _POSITIVE),
         **_L1_L2,
-    },
-    "AdagradDA": {
+    }),
+    "AdagradDA": _own({
         "learning_rate": _lr(0.01),
         "initial_gradient_squared_accumulator_value": Param(0.1, _POSITIVE),
         **_L1_L2,
-    },
-    "Adadelta": {
+    }),
+    "Adadelta": _own({
         "learning_rate": _lr(0.001),
         "rho": Param(0.95, p.number(0, 1, interval=True)),
         "epsilon": Param(1e-8, p.number(0, interval=True)),
-    },
-    "Adam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))},
-    "LazyAdam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))},
-    "Ftrl": {"learning_rate": _lr(0.01), **_FTRL},
-    "RMSProp": {
+    }),
+    "Adam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))}),
+    "LazyAdam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))}),
+    "Ftrl": _own({"learning_rate": _lr(0.01), **_FTRL}),
+    "RMSProp": _own({
         "learning_rate": _lr(0.01),
         "rho": Param(0.9, p.number(0, 1, interval=True)),
         "momentum": Param(0.0, p.number(0, interval=True)),
         "epsilon": Param(1e-10, p.number(0, interval=True)),
         "centered": Param(False, _BOOL),
-    },
-    "NovoGrad": {
+    }),
+    "NovoGrad": _own({
         "learning_rate": _lr(1.0),
         "beta_1": Param(0.95, p.number(0, 1, interval=True)),
         "beta_2": Param(0.98, p.number(0, 1, interval=True)),
         "epsilon": Param(1e-8, p.number(0, interval=True)),
         "coupled_weight_decay": Param(0.0, p.number(0, interval=True)),
         "grad_averaging": Param(False, _BOOL),
-    },
-    "AMSGrad": {
+    }),
+    "AMSGrad": _own({
         "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
         "decay": Param(False, _BOOL),
         "beta_1": Param(0.9, _FRACTION),
         "beta_2": Param(0.99, _FRACTION),
         "epsilon": Param(0.0, p.number(0, interval=True)),
-    },
-    "CustomGradientDescent": {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)},
-    "CustomAdam": dict(_RETURNN_ADAM),
-    "GradVarianceScaled": dict(_RETURNN_ADAM),
-    "NeuralOptimizer1": {
+    }),
+    "CustomGradientDescent": _own({"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
+    "CustomAdam": _own(dict(_RETURNN_ADAM)),
+    "GradVarianceScaled": _own(dict(_RETURNN_ADAM)),
+    "NeuralOptimizer1": _own({
         "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
         "beta_1": Param(0.9, _FRACTION),
         "decrease_factor": Param(0.1, p.number(0, interval=True)),
-    },
-    "NormalizedSGD": {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)},
+    }),
+    "NormalizedSGD": _own({"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
     # Keras 3's classes: Keras' defaults.
     "SGD": {"learning_rate": _lr(0.01), "momentum": Param(0.0, _UNIT), "nesterov": Param(False, _BOOL)},
     "Adamax": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
@@ -254,16 +264,6 @@ def is_path(name):
     return isinstance(name, str) and (":" in name or "." in name)
 
 
-# opt-train's own classes (on `base.Optimizer`) take TF1's `use_locking`, passed to the
-# fused kernels; the Keras family's constructors do not.
-OWN_CLASSES = (
-    "GradientDescent", "ProximalGradientDescent", "Momentum", "Adagrad", "ProximalAdagrad", "AdagradDA",
-    "Adadelta", "Adam", "LazyAdam", "Ftrl", "RMSProp", "NovoGrad", "AMSGrad", "CustomGradientDescent",
-    "CustomAdam", "GradVarianceScaled", "NeuralOptimizer1", "NormalizedSGD",
-)
-USE_LOCKING = Param(False, _BOOL)
-for _name in OWN_CLASSES:
-    OPTIMIZER_PARAMS[_name]["use_locking"] = USE_LOCKING
 # Accepted by every own class, so `opt-train list` does not repeat them per optimizer.
 COMMON_PARAMETERS = ("use_locking",)
 
