@@ -80,7 +80,6 @@ DATASET_SPECS = {
     },
 }
 
-DATASET_SPECS["synthetic_images"] = synthetic_images.PARAMS
 
 DATASET_SUMMARIES = {
     "digits": "scikit-learn's 1797 real 8x8 handwritten digits, 10 classes (no download)",
@@ -92,7 +91,14 @@ DATASET_SUMMARIES = {
     "tfrecord": "tf.train.Example records streamed from TFRecord files, sharded across ranks",
 }
 
-DATASET_SUMMARIES["synthetic_images"] = synthetic_images.SUMMARY
+# A dataset in a module of its own registers with one line here: the module holds its
+# `PARAMS`, its `SUMMARY` and `source(**params)`, the loader (TF-free, like this file).
+DATASET_MODULES = {
+    "synthetic_images": synthetic_images,
+}
+for _name, _module in DATASET_MODULES.items():
+    DATASET_SPECS[_name] = _module.PARAMS
+    DATASET_SUMMARIES[_name] = _module.SUMMARY
 
 DATASET_NAMES = tuple(DATASET_SPECS)
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from opt_train.data.synthetic_images import synthetic_images_source
+from opt_train.data.registry import DATASET_MODULES
 from opt_train.data.task import Task
 
 
@@ -271,10 +271,11 @@ LOADERS = {
     "reversal": reversal_source,
     "npz": npz_source,
     "csv": csv_source,
-    "synthetic_images": synthetic_images_source,
 }
 
 
 def load_source(name, params):
     """The Source of dataset `name` (canonical) with checked, defaults-filled `params`."""
-    return LOADERS[name](**params)
+    if name in LOADERS:
+        return LOADERS[name](**params)
+    return DATASET_MODULES[name].source(**params)

@@ -1,7 +1,7 @@
 """`synthetic_images`: seeded random images, one coarse pattern per class plus noise (any size, no download).
 
-Kept apart from `opt_train.data.sources` so that it is one registration line there and
-in `opt_train.data.registry`; it needs only NumPy. The class patterns are drawn on a
+A dataset module (`opt_train.data.registry.DATASET_MODULES`): `PARAMS`, `SUMMARY` and
+`source`; it needs only NumPy. The class patterns are drawn on a
 coarse grid and scaled up, so ImageNet-shaped data (224x224x3, 1000 classes) costs the
 memory of its examples, not of 1000 full-size patterns.
 """
@@ -35,7 +35,7 @@ def _upsample(patterns, height, width):
     return patterns[:, rows][:, :, cols]
 
 
-def synthetic_images_source(num_examples, height, width, channels, num_classes, noise, eval_fraction, seed):
+def source(num_examples, height, width, channels, num_classes, noise, eval_fraction, seed):
     """Image of class k = pattern_k (N(0, 1) on a coarse grid, scaled up) + noise * N(0, 1), float32 NHWC."""
     from opt_train.data.sources import Source, split_indices
     from opt_train.data.task import Task

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from opt_train.data import registry
-from opt_train.data.synthetic_images import PATTERN_CELLS, synthetic_images_source
+from opt_train.data.synthetic_images import PATTERN_CELLS, source
 
 
 def _source(**overrides):
-    return synthetic_images_source(**{**registry.check_params("synthetic_images", {}), **overrides})
+    return source(**{**registry.check_params("synthetic_images", {}), **overrides})
 
 
 def test_registered_as_a_classification_dataset():
