@@ -92,7 +92,7 @@ DATASET_SUMMARIES = {
 }
 
 # A dataset in a module of its own registers with one line here: the module holds its
-# `PARAMS`, its `SUMMARY` and `source(**params)`, the loader (TF-free, like this file).
+# `PARAMS`, `SUMMARY`, `TASK_KIND` and `source(**params)`, the loader (TF-free, like this file).
 DATASET_MODULES = {
     "synthetic_images": synthetic_images,
 }
@@ -190,8 +190,10 @@ _FIXED_TASK_KINDS = {
     "synthetic_classification": "classification",
     "synthetic_regression": "regression",
     "reversal": "sequence",
-    "synthetic_images": "classification",
 }
+
+
+_FIXED_TASK_KINDS.update({name: module.TASK_KIND for name, module in DATASET_MODULES.items()})
 
 
 def task_kind(name, params=None):

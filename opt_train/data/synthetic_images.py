@@ -1,7 +1,7 @@
 """`synthetic_images`: seeded random images, one coarse pattern per class plus noise (any size, no download).
 
-A dataset module (`opt_train.data.registry.DATASET_MODULES`): `PARAMS`, `SUMMARY` and
-`source`; it needs only NumPy. The class patterns are drawn on a
+A dataset module (`opt_train.data.registry.DATASET_MODULES`): `PARAMS`, `SUMMARY`,
+`TASK_KIND` and `source`; it needs only NumPy. The class patterns are drawn on a
 coarse grid and scaled up, so ImageNet-shaped data (224x224x3, 1000 classes) costs the
 memory of its examples, not of 1000 full-size patterns.
 """
@@ -25,6 +25,7 @@ PARAMS = {
     "seed": p.Param(0, p.any_int, "seed of the generated data and of the train/eval split"),
 }
 
+TASK_KIND = "classification"
 SUMMARY = "seeded random images (height x width x channels), one coarse pattern per class plus noise"
 
 
