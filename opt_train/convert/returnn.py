@@ -138,25 +138,29 @@ def convert_returnn(path):
 
 
 def learning_rates(result, rates, settings):
-    """`learning_rates = [...]`, one rate per epoch: a piecewise policy switching at each epoch boundary.
+    """`learning_rates = [...]`, one rate per epoch: a piecewise policy switching on each epoch's first update.
 
-    After the list RETURNN's constant control goes back to `learning_rate`.
+    RETURNN's ConstantLearningRate gives an epoch past the list the rate of the last
+    epoch before it, so the list's last value holds to the end; `learning_rate` is
+    then used by no epoch.
     """
     if not isinstance(rates, list) or not rates or not is_plain(rates):
         result.drop("learning_rates", shown(rates), "needs the config to run to be known; write the list")
         return None
     base = float(rates[0])
-    after = settings.get("learning_rate", 1.0)  # RETURNN's default learning_rate is 1.0
-    values = [float(rate) for rate in rates[1:]] + [float(after)]
-    result.data["lr_policy"] = "piecewise"
-    result.data["lr_policy_params"] = {
-        "boundaries": list(range(1, len(rates) + 1)),
-        "decay_rates": [value / base for value in values],
-    }
+    if len(rates) > 1:
+        result.data["lr_policy"] = "piecewise"
+        result.data["lr_policy_params"] = {
+            "boundaries": list(range(1, len(rates))),
+            "decay_rates": [float(rate) / base for rate in rates[1:]],
+            "switch_on_boundary": True,
+        }
+    result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] from its first update "
+                        f"(base {base}), and the last value holds after the list, as in RETURNN")
+    if "learning_rate" in settings:
+        result.notes.append("learning_rate: unused where learning_rates covers epoch 1 (RETURNN's default "
+                            "rate for epochs the list does not name)")
     return base
-    result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] (base {base}); "
-                        f"after the list, learning_rate ({after}). piecewise switches as OpenSeq2Seq's does, "
-                        "after the boundary's update: the first update of each epoch still has the old rate")
 
 
 def newbob(result, control, settings):

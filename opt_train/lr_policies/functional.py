@@ -101,13 +101,16 @@ def inv_poly_decay(
         return schedule(global_step)
 
 
-def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, steps_per_epoch=None):
+def piecewise_constant(
+    global_step, learning_rate, boundaries, decay_rates, steps_per_epoch=None, switch_on_boundary=False
+):
     """`learning_rate` times the rate of the last boundary passed (`PiecewiseConstant`)."""
     return schedules.PiecewiseConstant(
         learning_rate,
         boundaries=list(boundaries),
         decay_rates=list(decay_rates),
         steps_per_epoch=steps_per_epoch,
+        switch_on_boundary=switch_on_boundary,
     )(global_step)
 
 

@@ -70,6 +70,9 @@ POLICY_PARAMS = {
         "boundaries": Param(REQUIRED, _number_list),
         "decay_rates": Param(REQUIRED, _number_list),
         "steps_per_epoch": Param(None, _optional(POSITIVE)),
+        # RETURNN's per-epoch `learning_rates` take the new rate on the boundary's own update
+        # (an epoch's first); TF1 and OpenSeq2Seq take it one update later.
+        "switch_on_boundary": Param(False, _boolean),
     },
     "transformer": {
         "d_model": Param(REQUIRED, POSITIVE),

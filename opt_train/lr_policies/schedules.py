@@ -176,9 +176,12 @@ class PiecewiseConstant(PolicySchedule):
         B_i = \\text{boundaries}_i \\cdot \\text{steps\\_per\\_epoch}
 
     The rate changes on the step *after* a boundary, as in
-    `tf.compat.v1.train.piecewise_constant`. Parameters: `boundaries`,
-    `decay_rates` (one per boundary), `steps_per_epoch` (None: boundaries are
-    steps; set: boundaries are epochs).
+    `tf.compat.v1.train.piecewise_constant`; with `switch_on_boundary` it
+    changes on the boundary step itself (:math:`t \\ge B_i`), so with epoch
+    boundaries every update of epoch k+1 has the new rate, as RETURNN's
+    per-epoch `learning_rates`. Parameters: `boundaries`, `decay_rates` (one
+    per boundary), `steps_per_epoch` (None: boundaries are steps; set:
+    boundaries are epochs), `switch_on_boundary` (false).
     """
 
     policy = "piecewise"
@@ -190,7 +193,11 @@ class PiecewiseConstant(PolicySchedule):
     def rate(self, step):
         values = [self.learning_rate] + [self.learning_rate * r for r in self.params["decay_rates"]]
         boundaries = tf.constant(self.boundary_steps() or [math.inf], _FLOAT)
-        passed = tf.reduce_sum(tf.cast(step[..., tf.newaxis] > boundaries, tf.int32), axis=-1)
+        if self.params["switch_on_boundary"]:
+            crossed = step[..., tf.newaxis] >= boundaries
+        else:
+            crossed = step[..., tf.newaxis] > boundaries
+        passed = tf.reduce_sum(tf.cast(crossed, tf.int32), axis=-1)
         return tf.gather(tf.constant(values, _FLOAT), passed)
 
 

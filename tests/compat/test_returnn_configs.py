@@ -84,13 +84,14 @@ def test_convert_carries_what_returnn_means(name, tmp_path):
 
 
 def test_learning_rates_switch_at_each_epoch_boundary(tmp_path):
-    """`learning_rates`: epoch k trains at the k-th value, then `learning_rate` (RETURNN's constant control)."""
+    """`learning_rates`: epoch k trains at the k-th value from its first update; the last value holds."""
     out, swap = converted("conformer_schedule.py", tmp_path)
     config = load_config([out, swap])
     base = config.optimizer_params["learning_rate"]
     rates = [base] + [base * rate for rate in config.lr_policy_params["decay_rates"]]
-    assert config.lr_policy_params["boundaries"] == [1, 2, 3, 4]
-    assert rates == pytest.approx([0.0001, 0.0004, 0.0007, 0.001, 0.0005], rel=1e-12)
+    assert config.lr_policy_params["boundaries"] == [1, 2, 3]
+    assert config.lr_policy_params["switch_on_boundary"] is True
+    assert rates == pytest.approx([0.0001, 0.0004, 0.0007, 0.001], rel=1e-12)
 
 
 def test_a_file_that_is_no_returnn_config_is_refused(tmp_path, cli):
