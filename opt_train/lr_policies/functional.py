@@ -122,6 +122,7 @@ def transformer_policy(
     max_lr=None,
     coefficient=1.0,
     dtype=tf.float32,
+    step_offset=1,
 ):
     """The "noam" schedule capped at `max_lr` (`schedules.TransformerPolicy`), cast to `dtype`."""
     schedule = schedules.TransformerPolicy(
@@ -130,5 +131,6 @@ def transformer_policy(
         warmup_steps=warmup_steps,
         max_lr=max_lr,
         coefficient=coefficient,
+        step_offset=step_offset,
     )
     return tf.cast(schedule(global_step), dtype)

@@ -79,6 +79,9 @@ POLICY_PARAMS = {
         "warmup_steps": Param(REQUIRED, POSITIVE_STEPS),
         "max_lr": Param(None, _optional(POSITIVE)),
         "coefficient": Param(1.0, POSITIVE),
+        # The formula's n is t + step_offset, t the updates applied before this one:
+        # OpenSeq2Seq counts this update (1); RETURNN's Noam takes global_train_step (0).
+        "step_offset": Param(1, STEPS),
     },
     "cosine": {
         "decay_steps": _DECAY["decay_steps"],

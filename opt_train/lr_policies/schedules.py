@@ -206,17 +206,21 @@ class TransformerPolicy(PolicySchedule):
     """`transformer`: the "noam" schedule of Vaswani et al., with an optional cap.
 
     .. math::
+        n = t + \\text{step\\_offset},\\quad
         lr(t) = \\min(\\text{max\\_lr},\\ lr_0 \\cdot \\text{coefficient} \\cdot d^{-0.5}
-                \\min((t + 1) W^{-1.5}, (t + 1)^{-0.5}))
+                \\min(n W^{-1.5}, n^{-0.5}))
 
-    Parameters: `d_model`, `warmup_steps`, `max_lr` (None: no cap), `coefficient` (1).
+    Parameters: `d_model`, `warmup_steps`, `max_lr` (None: no cap), `coefficient` (1),
+    `step_offset` (1: OpenSeq2Seq's `global_step + 1`; 0: RETURNN's Noam on
+    `global_train_step`, whose first update has rate 0).
     """
 
     policy = "transformer"
 
     def rate(self, step):
         p = self.params
-        count = step + 1.0
+        count = step + float(p["step_offset"])
+        # At n = 0, n^-0.5 is inf and the minimum is n W^-1.5 = 0, as in RETURNN.
         shape = tf.minimum(count * float(p["warmup_steps"]) ** -1.5, tf.math.rsqrt(count))
         value = self.learning_rate * p["coefficient"] * float(p["d_model"]) ** -0.5 * shape
         if p["max_lr"] is not None:

@@ -41,6 +41,12 @@ EXPECTED = {
                         "relative_error_relative_lr": True, "min_learning_rate": 0.0}},
         ("network", "batch_size", "max_seqs", "gradient_noise", "eval_steps"),
     ),
+    "transformer_noam.config": (
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 1, "epsilon": 1e-8}, "num_epochs": 20.0,
+         "lr_policy": "transformer",
+         "lr_policy_params": {"d_model": 512, "warmup_steps": 25000, "step_offset": 0}},
+        ("network", "batch_size", "max_seqs", "extern_data"),
+    ),
     "conformer_schedule.py": (
         {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.0001, "epsilon": 1e-8},
          "num_epochs": 1000.0, "iter_size": 2, "max_grad_norm": 1.0, "lr_policy": "piecewise",

@@ -4,7 +4,12 @@ References, re-computed here from RETURNN's own definitions (returnn/learning_ra
 docs/configuration_reference/optimizer_settings.rst):
 - `learning_rates = [r1, r2, ...]`: epoch e (1-based) trains at r_e on all its updates; an
   epoch past the list gets the last epoch's rate (ConstantLearningRate).
+- Noam as RETURNN's docs write it: `learning_rate * d^-0.5 * min(n^-0.5, n * W^-1.5)` with
+  `n = global_train_step`, the updates applied before this one (returnn/tf/updater.py
+  increments it after the optimizer op).
 """
+
+import pathlib
 
 import json
 
@@ -15,6 +20,7 @@ import yaml
 from opt_train.config import load_config
 from opt_train.convert import convert
 
+HERE = pathlib.Path(__file__).parent / "returnn"
 RATES = [0.0001, 0.0004, 0.0007, 0.001]
 
 
@@ -106,3 +112,37 @@ def test_training_logs_returnns_rate_on_each_update(returnn_config, tmp_path):
     steps = sorted(logged)
     assert steps == [1, 2, 3, 4, 5]
     np.testing.assert_allclose([logged[s] for s in steps], returnn_learning_rates(5, per_epoch, RATES), rtol=1e-6)
+
+
+def returnn_noam(global_train_step, learning_rate, warmup_n, model_d):
+    """RETURNN's documented `noam(n=global_train_step, ...)` times its learning_rate, in float64."""
+    n = np.asarray(global_train_step, np.float64)
+    with np.errstate(divide="ignore"):
+        shape = np.minimum(np.power(n, -0.5), n * np.power(float(warmup_n), -1.5))
+    return learning_rate * np.power(float(model_d), -0.5) * shape
+
+
+def test_returnns_noam_converts_to_returnns_numbers(tmp_path):
+    converted = tmp_path / "noam.yaml"
+    converted.write_text(convert("returnn", str(HERE / "transformer_noam.config")).to_yaml())
+    config = load_config([converted])
+    from opt_train.training.builder import learning_rate_schedule
+
+    schedule, _ = learning_rate_schedule(config, 300000, 1)
+    warmup = 25000
+    # schedule(t): the rate of the update made when t updates were applied (global_train_step t).
+    steps = np.array([0, 1, warmup, 10 * warmup])
+    got = np.asarray(schedule(steps), np.float64)
+    expected = returnn_noam(steps, 1.0, warmup, 512)
+    assert got[0] == 0.0 == expected[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_openseq2seqs_transformer_policy_keeps_its_own_origin():
+    from opt_train.lr_policies import functional
+
+    # OpenSeq2Seq's transformer_policy: n = global_step + 1, so its first update is not 0.
+    got = float(functional.transformer_policy(0, 2.0, 512, 4000))
+    assert got == pytest.approx(2.0 * 512**-0.5 * 4000**-1.5, rel=1e-6)
+    assert float(functional.transformer_policy(4000, 2.0, 512, 4000, step_offset=0)) == pytest.approx(
+        float(returnn_noam(4000, 2.0, 4000, 512)), rel=1e-6)
