@@ -225,7 +225,9 @@ def optimizer_block(step):
         params[key] = value
         step.relocate(f"optimizer.{key}", f"optimizer_params.{key}")
     step.locations.pop("optimizer.class", None)
-    step.data["optimizer"] = resolved(name)
+    # RETURNN's `class: nadam` is its own NadamOptimizer, not Keras' Nadam.
+    is_nadam = isinstance(name, str) and name.lower() in ("nadam", "nadamoptimizer")
+    step.data["optimizer"] = "ReturnnNadam" if is_nadam else resolved(name)
     if params:
         step.data["optimizer_params"] = params
 

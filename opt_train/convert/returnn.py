@@ -12,7 +12,7 @@ from opt_train.convert.pyconfig import Opaque, PyConfigError, Reader, Symbol, is
 
 # RETURNN's optimizer switches (`adam = True`) -> opt-train's optimizer.
 OPTIMIZER_FLAGS = {
-    "adam": "Adam", "nadam": "Nadam", "adadelta": "Adadelta", "adagrad": "Adagrad",
+    "adam": "Adam", "nadam": "ReturnnNadam", "adadelta": "Adadelta", "adagrad": "Adagrad",
     "rmsprop": "RMSProp", "adamax": "Adamax", "amsgrad": "AMSGrad",
 }
 # RETURNN keys with the same meaning under another name.
@@ -137,10 +137,33 @@ def convert_returnn(path):
             result.drop("optimizer_params", shown(optimizer_params), "needs the config to run to be known")
     data.setdefault("optimizer", "GradientDescent")  # RETURNN's optimizer when none is switched on
     finish(result)
-    if data.get("optimizer") == "Nadam":
-        result.notes.append("optimizer nadam: opt-train's Nadam is Keras' (Dozat's momentum schedule); "
-                            "RETURNN's TF backend used TF1's NadamOptimizer, whose schedule differs")
+    tf_backend = settings.get("backend") not in ("torch", "jax")
+    if tf_backend:
+        returnn_epsilon(result)
+    if data.get("optimizer") == "ReturnnNadam":
+        result.notes.append("nadam: RETURNN's NadamOptimizer (TF1 contrib's: Adam with a Nesterov look-ahead), "
+                            "not Keras' Nadam; RETURNN under TF 2 gave `nadam = True` Keras' Nadam: "
+                            "write optimizer: Nadam for that")
+        if not tf_backend:
+            result.notes.append(f"backend {settings.get('backend')}: RETURNN ran that backend's own NAdam, "
+                                "whose momentum schedule neither ReturnnNadam nor Nadam follows")
     return result
+
+
+def returnn_epsilon(result):
+    """RETURNN passes `optimizer_epsilon` (default 1e-16) to every optimizer taking an epsilon."""
+    from opt_train.optimizers import specs
+
+    name = result.data.get("optimizer")
+    params = result.data.get("optimizer_params") or {}
+    try:
+        takes_epsilon = "epsilon" in specs.spec(name)
+    except ValueError:
+        return  # not a registered name: the validator reports it
+    if takes_epsilon and "epsilon" not in params:
+        result.data["optimizer_params"] = {**params, "epsilon": 1e-16}
+        result.notes.append("optimizer_epsilon: not set, so RETURNN's default 1e-16 (opt-train's class "
+                            "default would differ)")
 
 
 def learning_rates(result, rates, settings):

@@ -16,16 +16,16 @@ HERE = pathlib.Path(__file__).parent / "returnn"
 # listed as not carried.
 EXPECTED = {
     "native_lstm_12ax.config": (
-        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}, "num_epochs": 5.0},
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01, "epsilon": 1e-16}, "num_epochs": 5.0},
         ("network", "batch_size", "max_seqs", "chunking", "train", "dev", "model"),
     ),
     "maxgradnorm_lstm_12ax.config": (
-        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}, "num_epochs": 100.0,
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01, "epsilon": 1e-16}, "num_epochs": 100.0,
          "max_grad_norm": None},
         ("network", "batch_size", "max_seqs", "save_interval", "maximize_grad_norm"),
     ),
     "lua_torch_layer.config": (
-        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}, "num_epochs": 100.0},
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01, "epsilon": 1e-16}, "num_epochs": 100.0},
         ("network", "batch_size", "save_interval"),
     ),
     "rhn_enwik8.config": (
@@ -34,7 +34,8 @@ EXPECTED = {
         ("network", "max_seqs", "gradient_noise"),
     ),
     "timit_lstm_ctc.config": (
-        {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.001}, "num_epochs": 100.0,
+        {"optimizer": "ReturnnNadam", "optimizer_params": {"learning_rate": 0.001, "epsilon": 1e-16},
+         "num_epochs": 100.0,
          "logdir": "/tmp/returnn/timit",
          "lr_control": {"mode": "newbob", "monitor": "loss", "decay": 0.8, "growth": 1.0,
                         "relative_error_threshold": -0.01, "relative_error_div_by_old": False,
@@ -48,7 +49,7 @@ EXPECTED = {
         ("network", "batch_size", "max_seqs", "extern_data"),
     ),
     "conformer_schedule.py": (
-        {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.0001, "epsilon": 1e-8},
+        {"optimizer": "ReturnnNadam", "optimizer_params": {"learning_rate": 0.0001, "epsilon": 1e-8},
          "num_epochs": 1000.0, "iter_size": 2, "max_grad_norm": 1.0, "lr_policy": "piecewise",
          "lr_control": {"mode": "newbob", "monitor": "loss", "decay": 0.5, "growth": 1.0,
                         "relative_error_threshold": -0.01, "relative_error_div_by_old": False,
