@@ -291,6 +291,10 @@ def names_with_prefixes(step):
         value = step.data.get(key)
         if not isinstance(value, str) or not value.startswith(FOREIGN_PREFIXES):
             continue
+        if key == "optimizer" and value.lower().endswith("contrib.opt.nadamoptimizer"):
+            # TF1 contrib's Nadam is the formula RETURNN kept, not Keras' Nadam.
+            step.data[key] = "ReturnnNadam"
+            continue
         try:
             step.data[key] = registry.resolve(strip_prefix(value))
         except ValueError:

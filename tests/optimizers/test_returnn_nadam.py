@@ -95,7 +95,9 @@ def test_bad_beta_names_the_argument():
         ReturnnNadam(0.01, beta_1=1.5)
 
 
-@pytest.mark.parametrize("block", [{"class": "nadam"}, {"class": "NadamOptimizer", "epsilon": 1e-8}])
+@pytest.mark.parametrize(
+    "block", [{"class": "nadam"}, {"class": "NadamOptimizer", "epsilon": 1e-8}, "tf.contrib.opt.NadamOptimizer"]
+)
 def test_returnns_optimizer_block_in_yaml_is_returnns_nadam(block, tmp_path):
     from opt_train.config import load_config
 
