@@ -225,7 +225,9 @@ def optimizer_block(step):
         params[key] = value
         step.relocate(f"optimizer.{key}", f"optimizer_params.{key}")
     step.locations.pop("optimizer.class", None)
-    step.data["optimizer"] = resolved(name)
+    # RETURNN's `class: nadam` is its own NadamOptimizer, not Keras' Nadam.
+    is_nadam = isinstance(name, str) and name.lower() in ("nadam", "nadamoptimizer")
+    step.data["optimizer"] = "ReturnnNadam" if is_nadam else resolved(name)
     if params:
         step.data["optimizer_params"] = params
 
@@ -288,6 +290,10 @@ def names_with_prefixes(step):
     for key, registry in (("optimizer", optimizers), ("lr_policy", policies)):
         value = step.data.get(key)
         if not isinstance(value, str) or not value.startswith(FOREIGN_PREFIXES):
+            continue
+        if key == "optimizer" and value.lower().endswith("contrib.opt.nadamoptimizer"):
+            # TF1 contrib's Nadam is the formula RETURNN kept, not Keras' Nadam.
+            step.data[key] = "ReturnnNadam"
             continue
         try:
             step.data[key] = registry.resolve(strip_prefix(value))

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import os.path
 
 from opt_train.config.schema import FIELD_NAMES
 from opt_train.convert import Conversion
 from opt_train.convert.openseq2seq import finish, shown
-from opt_train.convert.pyconfig import Opaque, PyConfigError, Symbol, is_plain, plain, read_config
+from opt_train.convert.pyconfig import Opaque, PyConfigError, Reader, Symbol, is_plain, plain, read_config
 
 # RETURNN's optimizer switches (`adam = True`) -> opt-train's optimizer.
 OPTIMIZER_FLAGS = {
-    "adam": "Adam", "nadam": "Nadam", "adadelta": "Adadelta", "adagrad": "Adagrad",
+    "adam": "Adam", "nadam": "ReturnnNadam", "adadelta": "Adadelta", "adagrad": "Adagrad",
     "rmsprop": "RMSProp", "adamax": "Adamax", "amsgrad": "AMSGrad",
 }
 # RETURNN keys with the same meaning under another name.
@@ -122,6 +123,11 @@ def convert_returnn(path):
             result.drop(key, shown(value), "RETURNN's own housekeeping; no effect in opt-train")
         else:
             result.drop(key, shown(value), "no opt-train equivalent")
+    dynamic = dynamic_learning_rate(result, path, names)
+    if dynamic == "ignores learning_rate":
+        optimizer_params["learning_rate"] = 1.0  # the policy's base is a plain multiplier
+    elif dynamic is not None:
+        optimizer_params.setdefault("learning_rate", 1.0)  # RETURNN's default learning_rate
     if base_rate is not None:
         optimizer_params["learning_rate"] = base_rate  # the piecewise policy's base: the first epoch's
     if optimizer_params:
@@ -131,32 +137,148 @@ def convert_returnn(path):
             result.drop("optimizer_params", shown(optimizer_params), "needs the config to run to be known")
     data.setdefault("optimizer", "GradientDescent")  # RETURNN's optimizer when none is switched on
     finish(result)
-    if data.get("optimizer") == "Nadam":
-        result.notes.append("optimizer nadam: opt-train's Nadam is Keras' (Dozat's momentum schedule); "
-                            "RETURNN's TF backend used TF1's NadamOptimizer, whose schedule differs")
+    tf_backend = settings.get("backend") not in ("torch", "jax")
+    if tf_backend:
+        returnn_epsilon(result)
+    if data.get("optimizer") == "ReturnnNadam":
+        result.notes.append("nadam: RETURNN's NadamOptimizer (TF1 contrib's: Adam with a Nesterov look-ahead), "
+                            "not Keras' Nadam; RETURNN under TF 2 gave `nadam = True` Keras' Nadam: "
+                            "write optimizer: Nadam for that")
+        if not tf_backend:
+            result.notes.append(f"backend {settings.get('backend')}: RETURNN ran that backend's own NAdam, "
+                                "whose momentum schedule neither ReturnnNadam nor Nadam follows")
     return result
 
 
-def learning_rates(result, rates, settings):
-    """`learning_rates = [...]`, one rate per epoch: a piecewise policy switching at each epoch boundary.
+def returnn_epsilon(result):
+    """RETURNN passes `optimizer_epsilon` (default 1e-16) to every optimizer taking an epsilon."""
+    from opt_train.optimizers import specs
 
-    After the list RETURNN's constant control goes back to `learning_rate`.
+    name = result.data.get("optimizer")
+    params = result.data.get("optimizer_params") or {}
+    try:
+        takes_epsilon = "epsilon" in specs.spec(name)
+    except ValueError:
+        return  # not a registered name: the validator reports it
+    if takes_epsilon and "epsilon" not in params:
+        result.data["optimizer_params"] = {**params, "epsilon": 1e-16}
+        result.notes.append("optimizer_epsilon: not set, so RETURNN's default 1e-16 (opt-train's class "
+                            "default would differ)")
+
+
+def learning_rates(result, rates, settings):
+    """`learning_rates = [...]`, one rate per epoch: a piecewise policy switching on each epoch's first update.
+
+    RETURNN's ConstantLearningRate gives an epoch past the list the rate of the last
+    epoch before it, so the list's last value holds to the end; `learning_rate` is
+    then used by no epoch.
     """
     if not isinstance(rates, list) or not rates or not is_plain(rates):
         result.drop("learning_rates", shown(rates), "needs the config to run to be known; write the list")
         return None
     base = float(rates[0])
-    after = settings.get("learning_rate", 1.0)  # RETURNN's default learning_rate is 1.0
-    values = [float(rate) for rate in rates[1:]] + [float(after)]
-    result.data["lr_policy"] = "piecewise"
-    result.data["lr_policy_params"] = {
-        "boundaries": list(range(1, len(rates) + 1)),
-        "decay_rates": [value / base for value in values],
-    }
+    if len(rates) > 1:
+        result.data["lr_policy"] = "piecewise"
+        result.data["lr_policy_params"] = {
+            "boundaries": list(range(1, len(rates))),
+            "decay_rates": [float(rate) / base for rate in rates[1:]],
+            "switch_on_boundary": True,
+        }
+    result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] from its first update "
+                        f"(base {base}), and the last value holds after the list, as in RETURNN")
+    if "learning_rate" in settings:
+        result.notes.append("learning_rate: unused where learning_rates covers epoch 1 (RETURNN's default "
+                            "rate for epochs the list does not name)")
     return base
-    result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] (base {base}); "
-                        f"after the list, learning_rate ({after}). piecewise switches as OpenSeq2Seq's does, "
-                        "after the boundary's update: the first update of each epoch still has the old rate")
+
+
+NOT_NOAM = ("a function opt-train does not run; RETURNN's Noam example "
+            "(learning_rate * noam(n=global_train_step, warmup_n=..., model_d=...)) becomes lr_policy "
+            "transformer, this one was not recognised: write lr_policy and lr_policy_params")
+
+
+def dynamic_learning_rate(result, path, names):
+    """`def dynamic_learning_rate(...)` written as RETURNN's Noam example -> `lr_policy: transformer`.
+
+    RETURNN's documented form multiplies its `learning_rate` by
+    `d^-0.5 * min(n^-0.5, n * W^-1.5)` with `n = global_train_step`, the updates applied
+    before this one: `step_offset` 0 (opt-train's default 1 is OpenSeq2Seq's `global_step + 1`).
+    Returns None when there is no such function or it is not recognised, else
+    whether it multiplies `learning_rate` ("uses learning_rate" / "ignores learning_rate").
+    """
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    functions = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    function = functions.get("dynamic_learning_rate")
+    if function is None:
+        value = names.get("dynamic_learning_rate")
+        if value is not None:
+            result.drop("dynamic_learning_rate", shown(value), "cyclic decay within an interval has no opt-train policy")
+        return None
+    found = noam_parameters(function, functions, source, path, names)
+    if found is None:
+        result.drop("dynamic_learning_rate", f"def dynamic_learning_rate (line {function.lineno})", NOT_NOAM)
+        return None
+    params, uses_rate = found
+    result.data["lr_policy"] = "transformer"
+    result.data["lr_policy_params"] = params
+    result.notes.append("dynamic_learning_rate: RETURNN's Noam, n = global_train_step (the updates before this "
+                        "one, so the first update's rate is 0): lr_policy transformer with step_offset "
+                        f"{params['step_offset']}")
+    return "uses learning_rate" if uses_rate else "ignores learning_rate"
+
+
+def noam_parameters(function, functions, source, path, names):
+    """`({d_model, warmup_steps, step_offset}, multiplies learning_rate)` for a Noam-shaped function, or None."""
+    reader = Reader(source, path)
+    reader.names = dict(names)
+    returned = None
+    for statement in function.body:
+        if isinstance(statement, ast.Return):
+            returned = statement.value
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            reader.statement(statement)  # local constants (WARMUP_N = 25000)
+    uses_rate = False
+    if isinstance(returned, ast.BinOp) and isinstance(returned.op, ast.Mult):
+        sides = [returned.left, returned.right]
+        rate = [side for side in sides if isinstance(side, ast.Name) and side.id == "learning_rate"]
+        if len(rate) != 1:
+            return None
+        uses_rate = True
+        returned = next(side for side in sides if side is not rate[0])
+    if not (isinstance(returned, ast.Call) and isinstance(returned.func, ast.Name)):
+        return None
+    helper = functions.get(returned.func.id)
+    if helper is None or not all(mark in ast.unparse(helper) for mark in ("-0.5", "-1.5", "minimum")):
+        return None
+    parameters = [arg.arg for arg in helper.args.args]
+    bound = dict(zip(parameters, returned.args))
+    bound.update({keyword.arg: keyword.value for keyword in returned.keywords if keyword.arg})
+    roles = {}
+    for name, node in bound.items():
+        if "warm" in name:
+            roles["warmup_steps"] = reader.value(node)
+        elif "model" in name or name in ("d", "dim"):
+            roles["d_model"] = reader.value(node)
+        else:
+            roles["step_offset"] = step_offset(node)
+    if set(roles) != {"warmup_steps", "d_model", "step_offset"} or not all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) for value in roles.values()
+    ):
+        return None
+    return {"d_model": roles["d_model"], "warmup_steps": int(roles["warmup_steps"]),
+            "step_offset": roles["step_offset"]}, uses_rate
+
+
+def step_offset(node):
+    """`global_train_step` -> 0, `global_train_step + k` -> k; anything else None."""
+    if isinstance(node, ast.Name) and node.id == "global_train_step":
+        return 0
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Name)
+            and node.left.id == "global_train_step" and isinstance(node.right, ast.Constant)
+            and isinstance(node.right.value, int)):
+        return node.right.value
+    return None
 
 
 def newbob(result, control, settings):

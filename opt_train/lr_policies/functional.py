@@ -101,13 +101,16 @@ def inv_poly_decay(
         return schedule(global_step)
 
 
-def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, steps_per_epoch=None):
+def piecewise_constant(
+    global_step, learning_rate, boundaries, decay_rates, steps_per_epoch=None, switch_on_boundary=False
+):
     """`learning_rate` times the rate of the last boundary passed (`PiecewiseConstant`)."""
     return schedules.PiecewiseConstant(
         learning_rate,
         boundaries=list(boundaries),
         decay_rates=list(decay_rates),
         steps_per_epoch=steps_per_epoch,
+        switch_on_boundary=switch_on_boundary,
     )(global_step)
 
 
@@ -119,6 +122,7 @@ def transformer_policy(
     max_lr=None,
     coefficient=1.0,
     dtype=tf.float32,
+    step_offset=1,
 ):
     """The "noam" schedule capped at `max_lr` (`schedules.TransformerPolicy`), cast to `dtype`."""
     schedule = schedules.TransformerPolicy(
@@ -127,5 +131,6 @@ def transformer_policy(
         warmup_steps=warmup_steps,
         max_lr=max_lr,
         coefficient=coefficient,
+        step_offset=step_offset,
     )
     return tf.cast(schedule(global_step), dtype)

@@ -70,12 +70,18 @@ POLICY_PARAMS = {
         "boundaries": Param(REQUIRED, _number_list),
         "decay_rates": Param(REQUIRED, _number_list),
         "steps_per_epoch": Param(None, _optional(POSITIVE)),
+        # RETURNN's per-epoch `learning_rates` take the new rate on the boundary's own update
+        # (an epoch's first); TF1 and OpenSeq2Seq take it one update later.
+        "switch_on_boundary": Param(False, _boolean),
     },
     "transformer": {
         "d_model": Param(REQUIRED, POSITIVE),
         "warmup_steps": Param(REQUIRED, POSITIVE_STEPS),
         "max_lr": Param(None, _optional(POSITIVE)),
         "coefficient": Param(1.0, POSITIVE),
+        # The formula's n is t + step_offset, t the updates applied before this one:
+        # OpenSeq2Seq counts this update (1); RETURNN's Noam takes global_train_step (0).
+        "step_offset": Param(1, STEPS),
     },
     "cosine": {
         "decay_steps": _DECAY["decay_steps"],

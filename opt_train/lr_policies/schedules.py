@@ -183,9 +183,12 @@ class PiecewiseConstant(PolicySchedule):
         B_i = \\text{boundaries}_i \\cdot \\text{steps\\_per\\_epoch}
 
     The rate changes on the step *after* a boundary, as in
-    `tf.compat.v1.train.piecewise_constant`. Parameters: `boundaries`,
-    `decay_rates` (one per boundary), `steps_per_epoch` (None: boundaries are
-    steps; set: boundaries are epochs).
+    `tf.compat.v1.train.piecewise_constant`; with `switch_on_boundary` it
+    changes on the boundary step itself (:math:`t \\ge B_i`), so with epoch
+    boundaries every update of epoch k+1 has the new rate, as RETURNN's
+    per-epoch `learning_rates`. Parameters: `boundaries`, `decay_rates` (one
+    per boundary), `steps_per_epoch` (None: boundaries are steps; set:
+    boundaries are epochs), `switch_on_boundary` (false).
     """
 
     policy = "piecewise"
@@ -197,7 +200,11 @@ class PiecewiseConstant(PolicySchedule):
     def rate(self, step):
         values = [self.learning_rate] + [self.learning_rate * r for r in self.params["decay_rates"]]
         boundaries = tf.constant(self.boundary_steps() or [math.inf], _FLOAT)
-        passed = tf.reduce_sum(tf.cast(step[..., tf.newaxis] > boundaries, tf.int32), axis=-1)
+        if self.params["switch_on_boundary"]:
+            crossed = step[..., tf.newaxis] >= boundaries
+        else:
+            crossed = step[..., tf.newaxis] > boundaries
+        passed = tf.reduce_sum(tf.cast(crossed, tf.int32), axis=-1)
         return tf.gather(tf.constant(values, _FLOAT), passed)
 
 
@@ -205,17 +212,21 @@ class TransformerPolicy(PolicySchedule):
     """`transformer`: the "noam" schedule of Vaswani et al., with an optional cap.
 
     .. math::
+        n = t + \\text{step\\_offset},\\quad
         lr(t) = \\min(\\text{max\\_lr},\\ lr_0 \\cdot \\text{coefficient} \\cdot d^{-0.5}
-                \\min((t + 1) W^{-1.5}, (t + 1)^{-0.5}))
+                \\min(n W^{-1.5}, n^{-0.5}))
 
-    Parameters: `d_model`, `warmup_steps`, `max_lr` (None: no cap), `coefficient` (1).
+    Parameters: `d_model`, `warmup_steps`, `max_lr` (None: no cap), `coefficient` (1),
+    `step_offset` (1: OpenSeq2Seq's `global_step + 1`; 0: RETURNN's Noam on
+    `global_train_step`, whose first update has rate 0).
     """
 
     policy = "transformer"
 
     def rate(self, step):
         p = self.params
-        count = step + 1.0
+        count = step + float(p["step_offset"])
+        # At n = 0, n^-0.5 is inf and the minimum is n W^-1.5 = 0, as in RETURNN.
         shape = tf.minimum(count * float(p["warmup_steps"]) ** -1.5, tf.math.rsqrt(count))
         value = self.learning_rate * p["coefficient"] * float(p["d_model"]) ** -0.5 * shape
         if p["max_lr"] is not None:

@@ -14,9 +14,11 @@ the plain names belong to the TF1-form classes.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import keras
+import tensorflow as tf
 
 from opt_train.optimizers.base import TF1OptimizerAPI, keras_serializable
 from opt_train.optimizers.specs import OPTIMIZER_PARAMS, base_args, check_args
@@ -52,8 +54,75 @@ KERAS_CLASSES = {
 }
 
 
+# Hyperparameters Keras compares with 0 to choose a code path (momentum slots or none). A
+# callable or tensor there takes the general path, which computes the same numbers at 0.
+BRANCH_PARAMETERS = {"SGD": ("momentum",), "KerasRMSprop": ("momentum",)}
+
+
+class _GeneralPath:
+    """A deferred hyperparameter where Keras branches on it: compares as non-zero, computes as its value."""
+
+    __hash__ = object.__hash__
+
+    def __init__(self, value):
+        self.value = value
+
+    def __gt__(self, other):
+        return True
+
+    __ge__ = __ne__ = __gt__
+
+    def __lt__(self, other):
+        return False
+
+    __le__ = __eq__ = __lt__
+
+    def __mul__(self, other):
+        return self.value * other
+
+    def __rmul__(self, other):
+        return other * self.value
+
+    def __add__(self, other):
+        return self.value + other
+
+    def __radd__(self, other):
+        return other + self.value
+
+    def __sub__(self, other):
+        return self.value - other
+
+    def __rsub__(self, other):
+        return other - self.value
+
+    def __truediv__(self, other):
+        return self.value / other
+
+    def __rtruediv__(self, other):
+        return other / self.value
+
+    def __neg__(self):
+        return -self.value
+
+
+tf.register_tensor_conversion_function(
+    _GeneralPath, lambda value, dtype=None, name=None, as_ref=False: tf.convert_to_tensor(value.value, dtype=dtype, name=name)
+)
+
+
+def _now(value):
+    """A hyperparameter's current value: a callable is called (TF1 and Keras read callables at each use)."""
+    return value() if callable(value) else value
+
+
 class KerasFamilyMixin(TF1OptimizerAPI):
-    """What every wrapped Keras optimizer adds: slot registration and argument checks."""
+    """What every wrapped Keras optimizer adds: slot registration, argument checks, callable hyperparameters.
+
+    Keras 3 accepts a callable for `learning_rate` only; TF1 and Keras 2 took one for any
+    hyperparameter. Here each one (`beta_1`, `rho`, `momentum`, ...) may be a zero-argument
+    callable, read when Keras's own code reads the attribute: at each update, and once at
+    `build` for initial values (`initial_accumulator_value`).
+    """
 
     _registry_name: str
     _slot_attributes: dict
@@ -68,13 +137,45 @@ class KerasFamilyMixin(TF1OptimizerAPI):
             self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"}
         )
         base_args({k: v for k, v in given.items() if k not in own})
-        super().__init__(*args, **kwargs)
+        deferred = {k: v for k, v in given.items() if k in self._hyperparameter_names() and callable(v)}
+        # Keras checks its arguments' ranges in its constructor: it sees the callables' current values.
+        super().__init__(**{**given, **{k: _checkable(v) for k, v in deferred.items()}})
+        for name, value in deferred.items():
+            setattr(self, name, value)
         self._slots = {}
+
+    def _hyperparameter_names(self):
+        own = OPTIMIZER_PARAMS[self._registry_name]
+        return [name for name in (*own, "weight_decay") if name not in ("learning_rate", "name")]
+
+    @contextlib.contextmanager
+    def _hyperparameters_read(self):
+        """Each callable hyperparameter replaced by its value while Keras's code runs."""
+        branches = BRANCH_PARAMETERS.get(self._registry_name, ())
+        saved = {}
+        for name in self._hyperparameter_names():
+            value = getattr(self, name, None)
+            if name in branches and (callable(value) or tf.is_tensor(value)):
+                saved[name] = value
+                setattr(self, name, _GeneralPath(_now(value)))
+            elif callable(value):
+                saved[name] = value
+                setattr(self, name, value())
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+
+    def apply(self, grads, trainable_variables=None):
+        with self._hyperparameters_read():
+            return super().apply(grads, trainable_variables)
 
     def build(self, var_list):
         if self.built:
             return
-        super().build(var_list)
+        with self._hyperparameters_read():
+            super().build(var_list)
         self._slots = self._collect_slots()
 
     def _collect_slots(self):
@@ -85,6 +186,14 @@ class KerasFamilyMixin(TF1OptimizerAPI):
             if per_variable and any(v is not None for v in per_variable):
                 slots[slot_name] = per_variable
         return slots
+
+
+def _checkable(value):
+    """A callable's current value as a Python number where it is one now, for Keras's range checks."""
+    value = value()
+    if tf.is_tensor(value) or isinstance(value, tf.Variable):
+        return float(value) if tf.executing_eagerly() else value
+    return value
 
 
 def _wrap(display_name, keras_class, slot_attributes):

@@ -50,6 +50,7 @@ RETURNN_FAMILY = {
     "GradVarianceScaled": "grad_variance_scaled:GradVarianceScaled",
     "NeuralOptimizer1": "neural_optimizer1:NeuralOptimizer1",
     "NormalizedSGD": "normalized_sgd:NormalizedSGD",
+    "ReturnnNadam": "returnn_nadam:ReturnnNadam",
 }
 # Keras 3's classes, wrapped in keras_family.py; TF1 names win a clash, so
 # Keras's Adam & co. are registered with a "Keras" prefix.

@@ -174,6 +174,10 @@ OPTIMIZER_PARAMS = {
         "decrease_factor": Param(0.1, p.number(0, interval=True)),
     }),
     "NormalizedSGD": _own({"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
+    # RETURNN's NadamOptimizer: TF1 Adam's arguments and defaults.
+    "ReturnnNadam": _own(
+        {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))}
+    ),
     # Keras 3's classes: Keras' defaults.
     "SGD": {"learning_rate": _lr(0.01), "momentum": Param(0.0, _UNIT), "nesterov": Param(False, _BOOL)},
     "Adamax": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},

@@ -16,16 +16,16 @@ HERE = pathlib.Path(__file__).parent / "returnn"
 # listed as not carried.
 EXPECTED = {
     "native_lstm_12ax.config": (
-        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}, "num_epochs": 5.0},
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01, "epsilon": 1e-16}, "num_epochs": 5.0},
         ("network", "batch_size", "max_seqs", "chunking", "train", "dev", "model"),
     ),
     "maxgradnorm_lstm_12ax.config": (
-        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}, "num_epochs": 100.0,
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01, "epsilon": 1e-16}, "num_epochs": 100.0,
          "max_grad_norm": None},
         ("network", "batch_size", "max_seqs", "save_interval", "maximize_grad_norm"),
     ),
     "lua_torch_layer.config": (
-        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}, "num_epochs": 100.0},
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01, "epsilon": 1e-16}, "num_epochs": 100.0},
         ("network", "batch_size", "save_interval"),
     ),
     "rhn_enwik8.config": (
@@ -34,15 +34,22 @@ EXPECTED = {
         ("network", "max_seqs", "gradient_noise"),
     ),
     "timit_lstm_ctc.config": (
-        {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.001}, "num_epochs": 100.0,
+        {"optimizer": "ReturnnNadam", "optimizer_params": {"learning_rate": 0.001, "epsilon": 1e-16},
+         "num_epochs": 100.0,
          "logdir": "/tmp/returnn/timit",
          "lr_control": {"mode": "newbob", "monitor": "loss", "decay": 0.8, "growth": 1.0,
                         "relative_error_threshold": -0.01, "relative_error_div_by_old": False,
                         "relative_error_relative_lr": True, "min_learning_rate": 0.0}},
         ("network", "batch_size", "max_seqs", "gradient_noise", "eval_steps"),
     ),
+    "transformer_noam.config": (
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 1, "epsilon": 1e-8}, "num_epochs": 20.0,
+         "lr_policy": "transformer",
+         "lr_policy_params": {"d_model": 512, "warmup_steps": 25000, "step_offset": 0}},
+        ("network", "batch_size", "max_seqs", "extern_data"),
+    ),
     "conformer_schedule.py": (
-        {"optimizer": "Nadam", "optimizer_params": {"learning_rate": 0.0001, "epsilon": 1e-8},
+        {"optimizer": "ReturnnNadam", "optimizer_params": {"learning_rate": 0.0001, "epsilon": 1e-8},
          "num_epochs": 1000.0, "iter_size": 2, "max_grad_norm": 1.0, "lr_policy": "piecewise",
          "lr_control": {"mode": "newbob", "monitor": "loss", "decay": 0.5, "growth": 1.0,
                         "relative_error_threshold": -0.01, "relative_error_div_by_old": False,
@@ -84,13 +91,14 @@ def test_convert_carries_what_returnn_means(name, tmp_path):
 
 
 def test_learning_rates_switch_at_each_epoch_boundary(tmp_path):
-    """`learning_rates`: epoch k trains at the k-th value, then `learning_rate` (RETURNN's constant control)."""
+    """`learning_rates`: epoch k trains at the k-th value from its first update; the last value holds."""
     out, swap = converted("conformer_schedule.py", tmp_path)
     config = load_config([out, swap])
     base = config.optimizer_params["learning_rate"]
     rates = [base] + [base * rate for rate in config.lr_policy_params["decay_rates"]]
-    assert config.lr_policy_params["boundaries"] == [1, 2, 3, 4]
-    assert rates == pytest.approx([0.0001, 0.0004, 0.0007, 0.001, 0.0005], rel=1e-12)
+    assert config.lr_policy_params["boundaries"] == [1, 2, 3]
+    assert config.lr_policy_params["switch_on_boundary"] is True
+    assert rates == pytest.approx([0.0001, 0.0004, 0.0007, 0.001], rel=1e-12)
 
 
 def test_a_file_that_is_no_returnn_config_is_refused(tmp_path, cli):

@@ -37,6 +37,13 @@ def test_piecewise_boundaries_are_epochs_when_the_run_counts_epochs():
     np.testing.assert_allclose(values(schedule, [10, 11, 30, 31]), [1.0, 0.1, 0.1, 0.01], **TOL)
 
 
+def test_piecewise_switch_on_boundary_takes_the_new_rate_on_the_boundary_step():
+    # An epoch of 10 updates: steps 0..9 are epoch 1, step 10 is epoch 2's first update.
+    schedule = get_lr_policy("piecewise", learning_rate=1.0, steps_per_epoch=10,
+                             boundaries=[1, 3], decay_rates=[0.1, 0.01], switch_on_boundary=True)
+    np.testing.assert_allclose(values(schedule, [9, 10, 29, 30]), [1.0, 0.1, 0.1, 0.01], **TOL)
+
+
 def test_decay_steps_needs_max_steps_or_a_value():
     with pytest.raises(ValueError, match="`decay_steps` is required by lr_policy 'cosine' when `max_steps`"):
         get_lr_policy("cosine", learning_rate=0.1)
