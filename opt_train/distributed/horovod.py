@@ -316,6 +316,21 @@ class HorovodBackend(Backend):
 
         self._hvd.allreduce(tf.constant(0, tf.int32), op=self._hvd.Sum, name="opt_train_barrier")
 
+    def lost_peer(self, error):
+        """One line for the error a collective raises once Horovod shut down because of another rank.
+
+        Horovod cannot say which rank: a dead one breaks the connection, a stopped one lets
+        Gloo's timeout (rank_timeout_secs) run out. The launcher names it
+        (`opt-train train --np N`).
+        """
+        if "Horovod has been shut down" not in str(error):
+            return None
+        timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")
+        return (
+            f"rank {self.rank}: another rank failed or did not answer within {timeout} s "
+            "(rank_timeout_secs); Horovod shut down"
+        )
+
     def shutdown(self):
         """Stops Horovod's background thread; collectives fail after this."""
         self._hvd.shutdown()

@@ -61,6 +61,13 @@ def _state(pid):
     return text[text.rfind(")") + 2:][:1] or None
 
 
+def _signal_group(rank, number):
+    try:
+        os.killpg(rank.process.pid, number)
+    except OSError:  # ended meanwhile
+        pass
+
+
 def _describe(code):
     """`exit 1`, `killed by SIGKILL` for a Popen returncode."""
     if code is not None and code < 0:
@@ -164,10 +171,7 @@ class Launcher:
     def _send_all(self, number):
         for rank in self.ranks:
             if rank.code is None:
-                try:
-                    os.killpg(rank.process.pid, number)
-                except OSError:
-                    pass
+                _signal_group(rank, number)
 
     def _kill_all(self, number):
         self._send_all(number)
@@ -186,16 +190,19 @@ class Launcher:
             for rank in self.ranks:
                 if rank.code is None and rank.process.poll() is not None:
                     rank.ended_at = now
-                if rank.code is None and rank.local:
-                    if _state(rank.process.pid) in ("T", "t"):
+                state = _state(rank.process.pid) if rank.code is None and rank.local else None
+                if state is not None and state != "Z":  # Z: ended, not yet reaped
+                    if state in ("T", "t"):
                         rank.stopped_since = rank.stopped_since or now
-                        if now - rank.stopped_since >= self.rank_timeout and not rank.hung:
+                        if now - rank.stopped_since >= self.rank_timeout:
                             rank.hung = True
-                            # A stopped process takes no SIGTERM; its peers wait on it.
-                            os.killpg(rank.process.pid, signal.SIGKILL)
                     else:
                         rank.stopped_since = None
             culprit = self._culprit()
+            for rank in self.ranks:
+                if rank.hung and rank.code is None:
+                    # A stopped process takes no SIGTERM; its peers wait on it.
+                    _signal_group(rank, signal.SIGKILL)
             if culprit is not None and failed is None:
                 failed, failed_at = culprit, now
             running = [rank for rank in self.ranks if rank.code is None]
@@ -215,8 +222,12 @@ class Launcher:
 
     def _culprit(self):
         """The rank to blame so far, or None while nothing failed (interrupts are not failures)."""
-        hung = [rank for rank in self.ranks if rank.hung or (rank.stopped_since and rank.code is None
-                                                             and any(r.code not in (None, 0) for r in self.ranks))]
+        others_failed = any(rank.code not in (None, 0) for rank in self.ranks)
+        for rank in self.ranks:
+            # Stopped while the others gave up on it (Gloo's timeout): the stopped one is to blame.
+            if rank.stopped_since is not None and rank.code is None and others_failed:
+                rank.hung = True
+        hung = [rank for rank in self.ranks if rank.hung]
         if hung:
             return hung[0]
         ended = [rank for rank in self.ranks if rank.code not in (None, 0)]
@@ -230,9 +241,9 @@ class Launcher:
 
     def _outcome(self):
         codes = [rank.code for rank in self.ranks]
-        stopped = [rank for rank in self.ranks if rank.stopped_since is not None]
-        if stopped:
-            rank = stopped[0]
+        hung = [rank for rank in self.ranks if rank.hung]
+        if hung:
+            rank = hung[0]
             return 1, (f"rank {rank.number} hung: stopped, not answering the other ranks "
                        f"(rank_timeout_secs: {self.rank_timeout:g} s); the job was ended")
         if self._signal and all(code in (*INTERRUPT_CODES, 0, -self._signal) for code in codes):

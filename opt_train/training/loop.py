@@ -62,6 +62,12 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
                 if error.errno == errno.ENOSPC:
                     raise TrainingFailed(f"disk full writing in {config.logdir}: {error}") from None
                 raise
+            except Exception as error:
+                # Under Horovod: a collective failed because another rank died or hung.
+                lost = backend.lost_peer(error)
+                if lost:
+                    raise TrainingFailed(lost) from None
+                raise
             finally:
                 session.close()
 
