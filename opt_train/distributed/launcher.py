@@ -32,7 +32,9 @@ POLL_SECONDS = 0.1
 # After the failed rank ended, the others get this long to end on their own (a
 # collective with a dead peer fails at once) before SIGTERM, then SIGKILL.
 GRACE_SECONDS = 5.0
-INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+# Ranks that end with these stopped on purpose, all at the same update (an interrupt, or
+# 3: a sweep's pruner stopped the trial): not failures, passed on as they are.
+INTERRUPT_CODES = (3, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 class _Rank:
@@ -79,7 +81,7 @@ def _describe(code):
 
 
 def exit_code(code):
-    """The launcher's own exit code for a rank's returncode: 130/143/2 passed on, anything else 1."""
+    """The launcher's own exit code for a rank's returncode: 2, 3, 130, 143 passed on, anything else 1."""
     if code in (0, 2, *INTERRUPT_CODES):
         return code
     return 1

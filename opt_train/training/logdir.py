@@ -120,7 +120,12 @@ def fresh_folder(logdir):
 
 def config_fingerprint(config):
     """A 48-bit number that differs between configs that differ (compared across ranks)."""
-    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return _fingerprint(config.to_dict())
+
+
+def _fingerprint(value):
+    # 48 bits: exact in the float64 that a scalar all-reduce carries.
+    text = json.dumps(value, sort_keys=True, default=str)
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16)
 
 
@@ -290,8 +295,23 @@ def prepare(config, backend, *, resume, resume_changed=False):
         mine = config_fingerprint(config)
         low, high = backend.allreduce_scalar(mine, op="min"), backend.allreduce_scalar(mine, op="max")
         if low != high:
+            differing = _keys_ranks_disagree_on(config, backend)
+            shown = "; ".join(f"{where(config, key)} {_show(config.to_dict()[key])} on rank {backend.rank}"
+                              for key in differing[:4])
+            more = f" (and {len(differing) - 4} more)" if len(differing) > 4 else ""
             raise RunRefused(
-                f"the {backend.size} ranks were given different configs (rank {backend.rank}'s differs); "
+                f"the {backend.size} ranks were given different configs: {shown}{more}; "
                 "every rank must run the same config files and --set values"
             )
     return config, resume, notes
+
+
+def _keys_ranks_disagree_on(config, backend):
+    """The top-level keys whose values differ between ranks (every rank calls this, in the same order)."""
+    values = config.to_dict()
+    differing = []
+    for key in sorted(values):  # the same keys on every rank: the fields of TrainConfig
+        mine = _fingerprint(values[key])
+        if backend.allreduce_scalar(mine, op="min") != backend.allreduce_scalar(mine, op="max"):
+            differing.append(key)
+    return differing
