@@ -69,6 +69,8 @@ def _launch(config, configs, overrides, flags, num_proc, hosts):
 
     if os.environ.get("HOROVOD_RANK"):
         raise ConfigUsageError("--np inside a Horovod rank: give either --np or horovodrun, not both")
+    if hosts:
+        _check_hosts(hosts, num_proc)
     with user_errors():
         check_launch(config, ranks=num_proc)
     command = [sys.executable, "-m", "opt_train", "train", *flags]
@@ -80,3 +82,15 @@ def _launch(config, configs, overrides, flags, num_proc, hosts):
     if message:
         click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(code)
+
+
+def _check_hosts(hosts, num_proc):
+    """`host:slots,...` with room for `num_proc` ranks, or exit 2 naming --hosts."""
+    slots = 0
+    for item in hosts.split(","):
+        name, _, count = item.rpartition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ConfigUsageError(f"--hosts: {item!r} is not HOST:SLOTS (e.g. server1:4,server2:4)")
+        slots += int(count)
+    if slots < num_proc:
+        raise ConfigUsageError(f"--hosts: {slots} slots for --np {num_proc} ranks; give at least {num_proc}")

@@ -38,9 +38,10 @@ INTERRUPT_CODES = (3, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 class _Rank:
-    def __init__(self, number, process):
+    def __init__(self, number, process, local):
         self.number = number
         self.process = process
+        self.local = local
         self.last_line = ""
         self.last_error = ""
         self.stopped_since = None
@@ -61,6 +62,21 @@ def _state(pid):
         return None
     # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ")".
     return text[text.rfind(")") + 2:][:1] or None
+
+
+def _end_with_launcher():
+    """In a new rank, before exec: SIGTERM when the launcher dies (killed too hard to pass a signal on).
+
+    In a session of its own, a rank gets no hang-up from the terminal; without this it
+    would train on, alone, after `kill -9` of the launcher (a sweep's timeout does that).
+    Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing changes.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _signal_group(rank, number):
@@ -122,10 +138,9 @@ class Launcher:
         # passes it on once (twice would mean "stop now, without a checkpoint").
         process = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_end_with_launcher,
         )
-        rank = _Rank(number, process)
-        rank.local = local
+        rank = _Rank(number, process, local)
         for stream, sink in ((process.stdout, self.out), (process.stderr, self.err)):
             threading.Thread(target=self._pump, args=(rank, stream, sink, stream is process.stderr),
                              daemon=True).start()
@@ -148,9 +163,12 @@ class Launcher:
     def run(self):
         from opt_train.distributed.horovod import Rendezvous
 
-        rendezvous = Rendezvous(self.hosts, self.num_proc)
         previous = {number: signal.signal(number, self._record) for number in (signal.SIGINT, signal.SIGTERM)}
+        rendezvous = None
         try:
+            rendezvous = Rendezvous(self.hosts, self.num_proc)
+            if self._signal:  # it came before any rank started
+                return 128 + self._signal, None
             self.ranks = [self._spawn(i, host, local, env) for i, (host, local, env) in enumerate(rendezvous.ranks)]
             if self._signal:  # it came while the ranks were being started
                 self._send_all(self._signal)
@@ -159,7 +177,8 @@ class Launcher:
             for number, handler in previous.items():
                 signal.signal(number, handler)
             self._kill_all(signal.SIGKILL)
-            rendezvous.stop()
+            if rendezvous is not None:
+                rendezvous.stop()
 
     def _record(self, number, frame):
         del frame

@@ -62,6 +62,15 @@ def test_hosts_without_np_is_a_usage_error(cli):
     assert result.exit_code == 2 and "--np" in result.output
 
 
+@pytest.mark.parametrize("hosts, words", [("localhost", "not HOST:SLOTS"), ("localhost:0", "not HOST:SLOTS"),
+                                          ("localhost:1", "1 slots for --np 2")])
+def test_bad_hosts_are_one_line_exit_2_before_any_rank(cli, tmp_path, hosts, words):
+    result = cli("train", "--np", 2, "--hosts", hosts, "--config", CONFIGS / "horovod.yaml",
+                 "--set", f"logdir={tmp_path / 'run'}")
+    assert result.exit_code == 2 and "--hosts" in result.output and words in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_rank_timeout_secs_defaults_to_60_and_is_not_run_defining(cli):
     from opt_train.config import load_config
     from opt_train.training.logdir import NOT_RUN_KEYS
@@ -105,6 +114,10 @@ def _rank_pid(rank, marker):
         if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
             return int(entry.name)
     return None
+
+
+def _alive(pid):
+    return _state(pid) not in (None, "Z")  # an orphan's zombie may wait for a reaper
 
 
 def _start(logdir, *extra):
@@ -238,3 +251,27 @@ def test_under_horovodrun_a_stopped_rank_ends_the_job_after_rank_timeout_secs(tm
     # horovodrun cannot tell which rank hung; rank 0 says that one did not answer in time.
     assert f"another rank failed or did not answer within {RANK_TIMEOUT} s" in output, output[-3000:]
     assert ended - signalled < END_BOUND, output[-3000:]
+
+
+@pytest.mark.slow
+@horovod
+def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path):
+    # No output after the start line, so no rank learns of the launcher's death from a broken pipe.
+    logdir = tmp_path / "run"
+    job = _start(logdir, "--set", "max_steps=10000000", "--set", "print_loss_steps=10000000",
+                 "--set", "save_checkpoint_steps=null", "--set", "save_summaries_steps=null")
+    try:
+        for line in job.stdout:
+            if line.startswith("training "):
+                break
+        ranks = [_rank_pid(rank, str(logdir)) for rank in (0, 1)]
+        assert None not in ranks
+        time.sleep(3)  # into the updates
+        job.kill()
+        job.wait()
+        deadline = time.monotonic() + 300  # far less than the 10^7 updates asked for
+        while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        job.kill()
+    assert not any(_alive(pid) for pid in ranks), "a rank outlived its launcher"
