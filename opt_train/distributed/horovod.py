@@ -196,6 +196,15 @@ class Rendezvous:
             for slot in plan
         ]
 
+    @staticmethod
+    def remote_argv(host, shell_command):
+        """The argv that runs `shell_command` on `host` as horovodrun would (ssh, or Kubeflow's exec)."""
+        import shlex
+
+        from horovod.runner.util.remote import get_remote_command
+
+        return shlex.split(get_remote_command(shlex.quote(shell_command), host=host))
+
     def stop(self):
         self._server.stop()
 

@@ -124,16 +124,14 @@ class Launcher:
         self._lock = threading.Lock()
 
     # -- starting -------------------------------------------------------------
-    def _spawn(self, number, host, local, rank_env):
+    def _spawn(self, number, host, local, rank_env, rendezvous):
         env = {**self.env, **rank_env, "PYTHONUNBUFFERED": "1"}
         if local:
             argv = self.command
         else:
-            from horovod.runner.util.remote import get_remote_command
-
             exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**rank_env, "PYTHONUNBUFFERED": "1"}.items())
             remote = f"cd {shlex.quote(os.getcwd())} > /dev/null 2>&1 ; env {exports} {shlex.join(self.command)}"
-            argv = shlex.split(get_remote_command(shlex.quote(remote), host=host))
+            argv = rendezvous.remote_argv(host, remote)
         # A session of its own: a Ctrl-C in the terminal reaches the launcher alone, which
         # passes it on once (twice would mean "stop now, without a checkpoint").
         process = subprocess.Popen(
@@ -169,7 +167,8 @@ class Launcher:
             rendezvous = Rendezvous(self.hosts, self.num_proc)
             if self._signal:  # it came before any rank started
                 return 128 + self._signal, None
-            self.ranks = [self._spawn(i, host, local, env) for i, (host, local, env) in enumerate(rendezvous.ranks)]
+            self.ranks = [self._spawn(i, host, local, env, rendezvous)
+                          for i, (host, local, env) in enumerate(rendezvous.ranks)]
             if self._signal:  # it came while the ranks were being started
                 self._send_all(self._signal)
             return self._watch()
