@@ -46,6 +46,7 @@ class _Rank:
         self.last_error = ""
         self.stopped_since = None
         self.hung = False
+        self.signalled = False
         self.ended_at = None
 
     @property
@@ -191,6 +192,7 @@ class Launcher:
     def _send_all(self, number):
         for rank in self.ranks:
             if rank.code is None:
+                rank.signalled = True  # its death by this signal is ours, not its failure
                 _signal_group(rank, number)
 
     def _kill_all(self, number):
@@ -251,7 +253,7 @@ class Launcher:
         if hung:
             return hung[0]
         ended = [rank for rank in self.ranks if rank.code not in (None, 0)]
-        signalled = [rank for rank in ended if rank.code < 0]
+        signalled = [rank for rank in ended if rank.code < 0 and not rank.signalled]
         if signalled:
             return min(signalled, key=lambda rank: rank.ended_at)
         failures = [rank for rank in ended if rank.code not in INTERRUPT_CODES]

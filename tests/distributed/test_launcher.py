@@ -275,3 +275,89 @@ def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path):
     finally:
         job.kill()
     assert not any(_alive(pid) for pid in ranks), "a rank outlived its launcher"
+
+
+# -- the launcher's verdicts, on real child processes (no TensorFlow) ------------------------
+
+# Each rank runs this with its HOROVOD_RANK; `plan` maps a rank to what it does.
+RANK_SCRIPT = """
+import os, signal, sys, time
+rank = int(os.environ["HOROVOD_RANK"])
+assert os.environ["HOROVOD_SIZE"] == "2" and os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]
+action = {plan!r}.get(rank, "sleep")
+if action == "fail":
+    print("some progress", flush=True)
+    print("Error: rank-specific trouble", file=sys.stderr, flush=True)
+    sys.exit(1)
+if action == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if action == "stop":
+    os.kill(os.getpid(), signal.SIGSTOP)
+if action == "interrupted":
+    sys.exit(143)
+if action == "count_signals":
+    seen = []
+    signal.signal(signal.SIGTERM, lambda n, f: seen.append(n))
+    open(sys.argv[1] + f".{{rank}}", "w").write("started")
+    while not seen:
+        time.sleep(0.05)
+    time.sleep(1)  # a second signal would arrive meanwhile
+    open(sys.argv[1] + f".{{rank}}", "w").write(str(len(seen)))
+    sys.exit(143)
+time.sleep(60)
+"""
+
+
+@horovod
+class TestVerdicts:
+    """The launcher's exit code and last line for what real ranks do."""
+
+    def run(self, plan, tmp_path, rank_timeout=60.0, during=None):
+        import io
+
+        from opt_train.distributed.launcher import Launcher
+
+        command = [sys.executable, "-c", RANK_SCRIPT.format(plan=plan), str(tmp_path / "signals")]
+        out, err = io.StringIO(), io.StringIO()
+        launcher = Launcher(command, 2, rank_timeout=rank_timeout, out=out, err=err)
+        if during:
+            import threading
+
+            threading.Thread(target=during, daemon=True).start()
+        code, message = launcher.run()
+        assert all(rank.code is not None for rank in launcher.ranks)
+        return code, message, out.getvalue(), err.getvalue()
+
+    def test_a_failed_rank_is_named_with_its_last_error_line(self, tmp_path):
+        code, message, out, err = self.run({1: "fail"}, tmp_path)
+        assert code == 1
+        assert message == "rank 1 failed (exit 1): Error: rank-specific trouble"
+        assert "[rank 1] some progress" in out and "[rank 1] Error: rank-specific trouble" in err
+
+    def test_a_killed_rank_is_named_and_the_others_are_ended(self, tmp_path):
+        code, message, _, _ = self.run({1: "kill"}, tmp_path)
+        assert (code, message) == (1, "rank 1 failed (killed by SIGKILL)")
+
+    def test_a_stopped_rank_is_named_as_hung_after_rank_timeout(self, tmp_path):
+        code, message, _, _ = self.run({1: "stop"}, tmp_path, rank_timeout=1)
+        assert code == 1 and message.startswith("rank 1 hung: stopped") and "1 s" in message
+
+    def test_ranks_that_stopped_on_an_interrupt_pass_their_code_on_without_blame(self, tmp_path):
+        code, message, _, _ = self.run({0: "interrupted", 1: "interrupted"}, tmp_path)
+        assert (code, message) == (143, None)
+
+    def test_sigterm_to_the_launcher_reaches_every_rank_once(self, tmp_path):
+        marker = tmp_path / "signals"
+
+        def send_when_started():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if all((tmp_path / f"signals.{rank}").exists() for rank in (0, 1)):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+                time.sleep(0.05)
+
+        code, message, _, _ = self.run({0: "count_signals", 1: "count_signals"}, tmp_path,
+                                       during=send_when_started)
+        assert (code, message) == (143, None)
+        assert [Path(f"{marker}.{rank}").read_text() for rank in (0, 1)] == ["1", "1"]
