@@ -361,3 +361,22 @@ class TestVerdicts:
                                        during=send_when_started)
         assert (code, message) == (143, None)
         assert [Path(f"{marker}.{rank}").read_text() for rank in (0, 1)] == ["1", "1"]
+
+
+@pytest.mark.slow
+@horovod
+def test_a_sweep_with_np_runs_its_trials_through_the_launcher(tmp_path):
+    out = tmp_path / "sweep"
+    job = subprocess.run(
+        [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "horovod.yaml"), "--np", "2",
+         "--grid", "optimizer_params.learning_rate=0.05", "--set", "max_steps=10", "--set", "eval_steps=10",
+         "--set", "save_checkpoint_steps=10", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)],
+        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS,
+    )
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    [record] = read_jsonl(out / "results.jsonl")
+    assert record["status"] == "ok", record
+    assert read_json(Path(record["logdir"]) / "final_metrics.json")["global_step"] == 10
+    log = (Path(record["logdir"]) / "train.log").read_text()
+    assert log.startswith("$ ") and " train --np 2 " in log.splitlines()[0]
+    assert "global batch 64" in log
