@@ -47,6 +47,7 @@ class _Rank:
         self.stopped_since = None
         self.hung = False
         self.signalled = False
+        self.pumps = []
         self.ended_at = None
 
     @property
@@ -141,8 +142,10 @@ class Launcher:
         )
         rank = _Rank(number, process, local)
         for stream, sink in ((process.stdout, self.out), (process.stderr, self.err)):
-            threading.Thread(target=self._pump, args=(rank, stream, sink, stream is process.stderr),
-                             daemon=True).start()
+            pump = threading.Thread(target=self._pump, args=(rank, stream, sink, stream is process.stderr),
+                                    daemon=True)
+            pump.start()
+            rank.pumps.append(pump)
         return rank
 
     def _pump(self, rank, stream, sink, is_err):
@@ -204,7 +207,6 @@ class Launcher:
                 pass
 
     def _watch(self):
-        failed = None
         failed_at = None
         terminated = False
         while True:
@@ -225,12 +227,12 @@ class Launcher:
                 if rank.hung and rank.code is None:
                     # A stopped process takes no SIGTERM; its peers wait on it.
                     _signal_group(rank, signal.SIGKILL)
-            if culprit is not None and failed is None:
-                failed, failed_at = culprit, now
+            if culprit is not None and failed_at is None:
+                failed_at = now
             running = [rank for rank in self.ranks if rank.code is None]
             if not running:
                 break
-            if failed is not None and now - failed_at > GRACE_SECONDS:
+            if failed_at is not None and now - failed_at > GRACE_SECONDS:
                 if not terminated:
                     self._send_all(signal.SIGTERM)
                     terminated = True
@@ -239,7 +241,10 @@ class Launcher:
             time.sleep(POLL_SECONDS)
         for rank in self.ranks:
             rank.process.wait()
-        time.sleep(POLL_SECONDS)  # let the output threads print the ranks' last lines
+            for pump in rank.pumps:
+                # The ranks' last lines, the error line among them; bounded, as a process the
+                # rank left behind (ssh's) may hold its pipe open.
+                pump.join(timeout=5)
         return self._outcome()
 
     def _culprit(self):
