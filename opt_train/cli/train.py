@@ -26,15 +26,71 @@ from opt_train.cli.common import (
     help="Report time per step and samples/s after the warm-up steps (summed over ranks); "
     "starts afresh like --no-resume.",
 )
-def train(configs, overrides, resume_changed, no_resume, benchmark):
+@click.option(
+    "--np",
+    "num_proc",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run as N Horovod ranks (needs use_horovod: true), like `horovodrun -np N --gloo opt-train train`.",
+)
+@click.option(
+    "--hosts",
+    default=None,
+    metavar="HOST:SLOTS,...",
+    help="With --np: where the ranks run (default localhost:N); other hosts by password-less ssh.",
+)
+def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts):
     """Train the model a config describes; continues the run in logdir if it is the same run."""
     if resume_changed and (no_resume or benchmark):
         raise ConfigUsageError("--resume cannot be combined with --no-resume or --benchmark")
+    if hosts and not num_proc:
+        raise ConfigUsageError("--hosts needs --np N")
     config = load(configs, overrides)
-    check_num_gpus(config)
+    check_num_gpus(config, world_size=num_proc)
+    if num_proc:
+        flags = {"--resume": resume_changed, "--no-resume": no_resume, "--benchmark": benchmark}
+        _launch(config, configs, overrides, [flag for flag, given in flags.items() if given], num_proc, hosts)
+        return
     with user_errors():
         # Inside: Ctrl-C during the (slow) TensorFlow import exits 130 like any other.
         import_tensorflow()
         from opt_train.training import train as run_training
 
         run_training(config, resume=not no_resume, benchmark=benchmark, resume_changed=resume_changed)
+
+
+def _launch(config, configs, overrides, flags, num_proc, hosts):
+    """`--np N`: the config checked here once, then N ranks of this same command (without --np)."""
+    import os
+    import sys
+
+    from opt_train.distributed.launcher import launch
+    from opt_train.training.logdir import check_launch
+
+    if os.environ.get("HOROVOD_RANK"):
+        raise ConfigUsageError("--np inside a Horovod rank: give either --np or horovodrun, not both")
+    if hosts:
+        _check_hosts(hosts, num_proc)
+    with user_errors():
+        check_launch(config, ranks=num_proc)
+    command = [sys.executable, "-m", "opt_train", "train", *flags]
+    for path in configs:
+        command += ["--config", path]
+    for text in overrides:
+        command += ["--set", text]
+    code, message = launch(command, num_proc, hosts=hosts, rank_timeout=config.rank_timeout_secs)
+    if message:
+        click.echo(f"Error: {message}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def _check_hosts(hosts, num_proc):
+    """`host:slots,...` with room for `num_proc` ranks, or exit 2 naming --hosts."""
+    slots = 0
+    for item in hosts.split(","):
+        name, _, count = item.rpartition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ConfigUsageError(f"--hosts: {item!r} is not HOST:SLOTS (e.g. server1:4,server2:4)")
+        slots += int(count)
+    if slots < num_proc:
+        raise ConfigUsageError(f"--hosts: {slots} slots for --np {num_proc} ranks; give at least {num_proc}")

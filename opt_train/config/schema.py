@@ -68,6 +68,8 @@ class TrainConfig:
     iter_size: int = 1
     iter_size_mode: str = "mean"  # or "sum" (RETURNN's accum_grad_multiple_step)
     use_horovod: bool = False
+    # Under Horovod: seconds before a stopped, dead or unreachable rank ends the job.
+    rank_timeout_secs: float = 60.0
     max_grad_norm: float | None = None
     larc_params: LarcParams | None = None
     # Your own gradient transforms, each after a named built-in stage (optimizers/user_transforms.py).

@@ -46,6 +46,7 @@ FIELD_RULES = {
     "iter_size": names.ITER_SIZE,
     "iter_size_mode": names.ITER_SIZE_MODE,
     "use_horovod": p.boolean,
+    "rank_timeout_secs": rules.positive_float,
     "max_grad_norm": names.MAX_GRAD_NORM,
     "larc_params": p.optional(rules.larc_params),
     "gradient_transforms": rules.gradient_transforms,

@@ -16,15 +16,32 @@ a 1,000-row table took the same time either way, a 30,000-row table 2.5x less wi
 the all-gather. So by default (`sparse_as_dense="auto"`) a gradient is densified when
 its table has at most as many rows as all ranks gather together, and gathered
 otherwise.
+
+A rank that stops answering (stopped, dead, unreachable) ends the job through Gloo's
+own timeout, `HOROVOD_GLOO_TIMEOUT_SECONDS`, set from `rank_timeout_secs`. Horovod
+reads that variable in `hvd.init()` and applies it to the rendezvous too, where ranks
+that finish importing TensorFlow seconds apart would time out (the process aborts);
+so the ranks first wait for each other in the rendezvous server's key-value store,
+with no short timeout, and call `hvd.init()` together. `rendezvous()` gives
+`opt-train train --np N` (opt_train/distributed/launcher.py) the same server and
+per-rank environment that `horovodrun --gloo` sets up.
 """
 
 from __future__ import annotations
 
 import os
+import time
+import urllib.error
+import urllib.request
 
 from opt_train.distributed.base import Backend, HorovodUnavailableError
 
 INSTALL_COMMAND = "bash scripts/install_horovod.sh"
+# The ad-hoc key-value scope the ranks meet in before `hvd.init()`.
+_START_SCOPE = "opt_train_start"
+# How long a rank waits for the others to reach `hvd.init()`: importing TensorFlow on a
+# loaded host takes tens of seconds; a rank that never comes is its launcher's to report.
+START_WAIT_SECONDS = 600
 
 # Our names for reductions; Horovod's op constants are looked up on first use.
 _REDUCE_OPS = ("mean", "sum", "min", "max")
@@ -105,6 +122,93 @@ def _pin_local_gpu(local_rank):
         pass
 
 
+def _launched_size():
+    value = os.environ.get("HOROVOD_SIZE", "")
+    return int(value) if value.isdigit() else 1
+
+
+def _wait_for_every_rank():
+    """Returns once every rank of the job has reached this point (through the rendezvous store).
+
+    Without a rendezvous server in the environment (MPI, or a single process) there is
+    nobody to ask: returns at once.
+    """
+    address = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    rank = os.environ.get("HOROVOD_RANK")
+    if not (address and port and rank is not None):
+        return
+    base = f"http://{address}:{port}/{_START_SCOPE}"
+    urllib.request.urlopen(urllib.request.Request(f"{base}/{rank}", data=b"1", method="PUT"), timeout=30).close()
+    waiting = set(range(_launched_size())) - {int(rank)}
+    deadline = time.monotonic() + START_WAIT_SECONDS
+    while waiting and time.monotonic() < deadline:
+        for other in sorted(waiting):
+            try:
+                urllib.request.urlopen(f"{base}/{other}", timeout=30).close()
+                waiting.discard(other)
+            except urllib.error.HTTPError as error:
+                if error.code != 404:  # 404: that rank has not arrived yet
+                    raise
+        if waiting:
+            time.sleep(0.1)
+    # Ranks still missing: hvd.init() times out on them and names Gloo's timeout.
+
+
+class Rendezvous:
+    """A Gloo rendezvous server for one job and what each rank needs to join it.
+
+    `ranks` lists, in rank order, `(hostname, is_local, environment)`: the variables
+    `horovodrun --gloo` gives that rank (HOROVOD_RANK, HOROVOD_SIZE, the server's
+    address, the network interface ...). Stop the server with `stop()`.
+    """
+
+    def __init__(self, hosts, num_proc, verbose=False):
+        from horovod.runner.common.util import secret, timeout
+        from horovod.runner.common.util import settings as hvd_settings
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts, parse_hosts_and_slots
+        from horovod.runner.driver import driver_service
+        from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+        from horovod.runner.http.http_server import RendezvousServer
+        from horovod.runner.util import network
+
+        start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", "30"))
+        settings = hvd_settings.Settings(
+            verbose=2 if verbose else 0,
+            key=secret.make_secret_key(),
+            start_timeout=timeout.Timeout(start_timeout, message="Timed out waiting for {activity}."),
+            num_proc=num_proc,
+            hosts=hosts,
+            run_func_mode=False,
+        )
+        names, _ = parse_hosts_and_slots(hosts)
+        remote = set(network.filter_local_addresses(names))
+        # As horovodrun: the interfaces every host shares (probed over ssh when some are remote).
+        nics = driver_service.get_common_interfaces(settings, names, sorted(remote))
+        plan = get_host_assignments(parse_hosts(hosts), num_proc)
+        self._server = RendezvousServer(settings.verbose)
+        port = self._server.start()
+        self._server.init(plan)
+        common = create_run_env_vars(network.get_driver_ip(nics), nics, port)
+        self.ranks = [
+            (slot.hostname, slot.hostname not in remote,
+             {**{k: str(v) for k, v in common.items()}, **create_slot_env_vars(slot)})
+            for slot in plan
+        ]
+
+    @staticmethod
+    def remote_argv(host, shell_command):
+        """The argv that runs `shell_command` on `host` as horovodrun would (ssh, or Kubeflow's exec)."""
+        import shlex
+
+        from horovod.runner.util.remote import get_remote_command
+
+        return shlex.split(get_remote_command(shlex.quote(shell_command), host=host))
+
+    def stop(self):
+        self._server.stop()
+
+
 class HorovodBackend(Backend):
     """One rank of a job started by `horovodrun -np N ...` (Gloo or MPI underneath).
 
@@ -114,15 +218,22 @@ class HorovodBackend(Backend):
             module docstring). Defaults to `"auto"`.
         configure_devices: give each local rank its share of CPU threads and its own
             GPU. Defaults to `True`.
+        rank_timeout: seconds a collective waits for a rank that stopped answering
+            before the job fails (Gloo's timeout); None keeps Horovod's (30 s).
+            Defaults to `None`.
     """
 
-    def __init__(self, sparse_as_dense="auto", configure_devices=True):
+    def __init__(self, sparse_as_dense="auto", configure_devices=True, rank_timeout=None):
         if sparse_as_dense not in (True, False, "auto"):
             raise ValueError(
                 "`sparse_as_dense` must be True, False or 'auto'. "
                 f"Received: sparse_as_dense={sparse_as_dense!r}"
             )
         self._hvd = _import_horovod()
+        if rank_timeout is not None and _launched_size() > 1:
+            # The user's own HOROVOD_GLOO_TIMEOUT_SECONDS wins; Gloo takes whole seconds.
+            os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, round(rank_timeout))))
+            _wait_for_every_rank()
         self._hvd.init()
         self.size = self._hvd.size()
         self.rank = self._hvd.rank()
@@ -213,6 +324,21 @@ class HorovodBackend(Backend):
         import tensorflow as tf
 
         self._hvd.allreduce(tf.constant(0, tf.int32), op=self._hvd.Sum, name="opt_train_barrier")
+
+    def lost_peer(self, error):
+        """One line for the error a collective raises once Horovod shut down because of another rank.
+
+        Horovod cannot say which rank: a dead one breaks the connection, a stopped one lets
+        Gloo's timeout (rank_timeout_secs) run out. The launcher names it
+        (`opt-train train --np N`).
+        """
+        if "Horovod has been shut down" not in str(error):
+            return None
+        timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")
+        return (
+            f"rank {self.rank}: another rank failed or did not answer within {timeout} s "
+            "(rank_timeout_secs); Horovod shut down"
+        )
 
     def shutdown(self):
         """Stops Horovod's background thread; collectives fail after this."""

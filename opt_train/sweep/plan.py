@@ -79,7 +79,7 @@ class SweepPlan:
     """What a sweep needs to run: the checked spec, the base configs and overrides, DIR, the queue.
 
     `base_digest` names the base config (the "generation" of the study's trials);
-    `np` > 1 runs every trial under `horovodrun -np NP`.
+    `np` > 1 runs every trial as `opt-train train --np NP` (Horovod ranks on this host).
     """
 
     spec: object
@@ -99,14 +99,16 @@ class SweepPlan:
         return [*self.base_overrides, *trial.overrides(), f"logdir={render(self.logdir(trial))}"]
 
     def command(self, trial, python=None):
-        """The argv that runs `trial` through the same code path as `opt-train train` (under horovodrun with np > 1)."""
+        """The argv that runs `trial` through the same code path as `opt-train train` (`--np NP` with np > 1)."""
         argv = [python or sys.executable, "-m", "opt_train", "train"]
-        for path in self.configs:
-            argv += ["--config", path]
         overrides = self.trial_overrides(trial)
         if self.np > 1:
-            argv = ["horovodrun", "-np", str(self.np), "-H", f"localhost:{self.np}", "--gloo", *argv]
+            # opt-train's own launcher: a stopped trial's ranks checkpoint and it exits 143, a
+            # failed one names its rank in one line, a hung rank ends after rank_timeout_secs.
+            argv += ["--np", str(self.np)]
             overrides = [*overrides[:-1], "use_horovod=true", overrides[-1]]
+        for path in self.configs:
+            argv += ["--config", path]
         for text in overrides:
             argv += ["--set", text]
         return argv

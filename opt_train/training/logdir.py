@@ -23,7 +23,7 @@ LOCK_FILE = ".lock"
 NOT_RUN_KEYS = frozenset({
     "max_steps", "num_epochs", "logdir", "save_checkpoint_steps", "num_checkpoints",
     "save_summaries_steps", "print_loss_steps", "eval_steps", "eval_batch_size", "summaries",
-    "jit_compile", "sweep", "use_horovod", "max_consecutive_overflows",
+    "jit_compile", "sweep", "use_horovod", "max_consecutive_overflows", "rank_timeout_secs",
 })
 # Launchers that start one process per rank set these; a config must then ask for Horovod.
 _LAUNCHER_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -120,7 +120,12 @@ def fresh_folder(logdir):
 
 def config_fingerprint(config):
     """A 48-bit number that differs between configs that differ (compared across ranks)."""
-    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return _fingerprint(config.to_dict())
+
+
+def _fingerprint(value):
+    # 48 bits: exact in the float64 that a scalar all-reduce carries.
+    text = json.dumps(value, sort_keys=True, default=str)
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16)
 
 
@@ -133,20 +138,24 @@ def launched_ranks():
     return 1
 
 
-def check_launch(config):
+def check_launch(config, ranks=None):
     """The config and the launcher agree on Horovod; returns a warning line, or None.
 
     Launched as N > 1 ranks without `use_horovod: true`, N processes would train N
-    separate runs into one logdir: refused.
+    separate runs into one logdir: refused. `ranks`: the ranks about to be launched
+    (`opt-train train --np N` checks before starting any); None reads the launcher's
+    environment.
     """
-    ranks = launched_ranks()
+    launching = ranks is not None
+    ranks = ranks if launching else launched_ranks()
     if ranks > 1 and not config.use_horovod:
+        how = f"--np {ranks} asks for" if launching else "the job was launched with"
         raise RunRefused(
-            f"{where(config, 'use_horovod')}: the job was launched with {ranks} ranks but the config "
+            f"{where(config, 'use_horovod')}: {how} {ranks} ranks but the config "
             "does not set use_horovod: true; each rank would train a separate run into one logdir. "
             "Set use_horovod: true (or --set use_horovod=true)"
         )
-    if ranks == 1 and config.use_horovod and not os.environ.get("HOROVOD_RANK"):
+    if not launching and ranks == 1 and config.use_horovod and not os.environ.get("HOROVOD_RANK"):
         return (
             "warning: use_horovod: true but this process was not started by horovodrun: "
             "training on one rank (launch with `opt-train train --np N` or `horovodrun -np N`)"
@@ -286,8 +295,23 @@ def prepare(config, backend, *, resume, resume_changed=False):
         mine = config_fingerprint(config)
         low, high = backend.allreduce_scalar(mine, op="min"), backend.allreduce_scalar(mine, op="max")
         if low != high:
+            differing = _keys_ranks_disagree_on(config, backend)
+            shown = "; ".join(f"{where(config, key)} {_show(config.to_dict()[key])} on rank {backend.rank}"
+                              for key in differing[:4])
+            more = f" (and {len(differing) - 4} more)" if len(differing) > 4 else ""
             raise RunRefused(
-                f"the {backend.size} ranks were given different configs (rank {backend.rank}'s differs); "
+                f"the {backend.size} ranks were given different configs: {shown}{more}; "
                 "every rank must run the same config files and --set values"
             )
     return config, resume, notes
+
+
+def _keys_ranks_disagree_on(config, backend):
+    """The top-level keys whose values differ between ranks (every rank calls this, in the same order)."""
+    values = config.to_dict()
+    differing = []
+    for key in sorted(values):  # the same keys on every rank: the fields of TrainConfig
+        mine = _fingerprint(values[key])
+        if backend.allreduce_scalar(mine, op="min") != backend.allreduce_scalar(mine, op="max"):
+            differing.append(key)
+    return differing

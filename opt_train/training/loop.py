@@ -43,7 +43,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
             config, save_checkpoint_steps=None, eval_steps=None, save_summaries_steps=None
         )
         resume = False
-    backend = backend or get_backend(config.use_horovod)
+    backend = backend or get_backend(config.use_horovod, rank_timeout=config.rank_timeout_secs)
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
     with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
         run = build_run(config, backend)
@@ -61,6 +61,12 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
             except OSError as error:
                 if error.errno == errno.ENOSPC:
                     raise TrainingFailed(f"disk full writing in {config.logdir}: {error}") from None
+                raise
+            except Exception as error:
+                # Under Horovod: a collective failed because another rank died or hung.
+                lost = backend.lost_peer(error)
+                if lost:
+                    raise TrainingFailed(lost) from None
                 raise
             finally:
                 session.close()

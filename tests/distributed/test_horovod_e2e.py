@@ -38,6 +38,8 @@ def horovodrun_argv(*command):
     return [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command]
 
 
+# This checkout's opt_train (the `opt-train` console script may belong to another install).
+OPT_TRAIN = (sys.executable, "-m", "opt_train")
 LAUNCH_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
 
 
@@ -130,6 +132,21 @@ def test_two_ranks_equal_one_process_on_the_larger_batch(horovod_runs, single_ru
         np.testing.assert_allclose(distributed[key], value, rtol=0, atol=TOLERANCE, err_msg=key)
 
 
+@pytest.mark.parametrize("name", ["plain", "iter_size"])
+def test_train_loss_is_the_global_batchs_as_one_process_on_it_reports(horovod_runs, single_runs, name):
+    # Not rank 0's half-batch loss: metrics.jsonl of 2 ranks x 16 equals that of 1 process x 32.
+    single_runs(name)
+
+    def losses(logdir):
+        return {r["step"]: r["loss"] for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r}
+
+    distributed = losses(horovod_runs.outdir / f"{name}_logdir")
+    single = losses(single_runs.outdir / f"{name}_logdir")
+    assert sorted(distributed) == sorted(single) == list(range(4, worker.STEPS + 1, 4))
+    for step, loss in single.items():
+        assert distributed[step] == pytest.approx(loss, rel=1e-5, abs=1e-6), step
+
+
 def test_an_overflow_on_one_rank_skips_the_update_on_both(horovod_runs, single_runs):
     for rank in (0, 1):
         final, _ = horovod_runs("overflow", rank)
@@ -153,7 +170,7 @@ def test_the_updates_moved_the_weights(horovod_runs, name):
 def test_cli_launch_writes_on_rank_0_only(tmp_path):
     logdir = tmp_path / "run"
     job = horovodrun(
-        "opt-train", "train", "--config", str(CONFIGS / "horovod.yaml"),
+        *OPT_TRAIN, "train", "--config", str(CONFIGS / "horovod.yaml"),
         "--set", "max_steps=20", "--set", "print_loss_steps=5", "--set", "eval_steps=10",
         "--set", "save_checkpoint_steps=10", "--set", f"logdir={logdir}",
     )
@@ -174,7 +191,7 @@ def test_benchmark_sums_samples_per_second_over_ranks(tmp_path):
     """
     logdir = tmp_path / "run"
     job = horovodrun(
-        "opt-train", "train", "--config", str(CONFIGS / "horovod.yaml"), "--benchmark",
+        *OPT_TRAIN, "train", "--config", str(CONFIGS / "horovod.yaml"), "--benchmark",
         "--set", "max_steps=60", "--set", f"logdir={logdir}",
     )
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-5000:]
@@ -206,7 +223,7 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_update(tmp_path):
     logdir = tmp_path / "run"
     job = subprocess.Popen(
         horovodrun_argv(
-            "opt-train", "train", "--config", str(CONFIGS / "horovod.yaml"), "--set", "max_steps=100000",
+            *OPT_TRAIN, "train", "--config", str(CONFIGS / "horovod.yaml"), "--set", "max_steps=100000",
             "--set", "print_loss_steps=5", "--set", "save_checkpoint_steps=100000",
             "--set", "eval_steps=null", "--set", f"logdir={logdir}",
         ),

@@ -220,11 +220,11 @@ def test_trial_commands_run_train_with_base_and_trial_overrides_and_logdir():
     assert plan.shell_command(trial).endswith(f"'logdir=out dir/{trial.name}'")
 
 
-def test_with_np_every_trial_runs_under_horovodrun_with_gloo():
+def test_with_np_every_trial_runs_through_the_np_launcher():
     trial = Trial(number=0, point=(), digest="0123abcd")
     plan = SweepPlan(spec=None, configs=("a.yaml",), base_overrides=(), out="o", np=2)
     argv = plan.command(trial, python="py")
-    assert argv[:7] == ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "py"]
+    assert argv[:8] == ["py", "-m", "opt_train", "train", "--np", "2", "--config", "a.yaml"]
     assert argv[-4:] == ["--set", "use_horovod=true", "--set", f"logdir={os.path.join('o', trial.name)}"]
 
 

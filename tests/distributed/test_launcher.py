@@ -1,0 +1,382 @@
+"""`opt-train train --np N`: the config checked once, ranks' exit codes passed on, a hung or dead rank named."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opt_train.distributed.launcher import _state, exit_code
+from tests.support import CONFIGS, REPO, read_json, read_jsonl
+
+horovod = pytest.mark.skipif(
+    importlib.util.find_spec("horovod") is None,
+    reason="Horovod is not installed (bash scripts/install_horovod.sh)",
+)
+JOB_TIMEOUT_SECONDS = 600
+RANK_TIMEOUT = 5
+# From the signal to the launcher's exit: the rank timeout, the healthy rank's own exit
+# (TensorFlow teardown on a loaded 2-core host took up to ~5 s) and the launcher's grace.
+END_BOUND = RANK_TIMEOUT + 25
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+
+
+def train_argv(logdir, *extra):
+    return [
+        sys.executable, "-m", "opt_train", "train", "--np", "2", "--config", str(CONFIGS / "horovod.yaml"),
+        "--set", "print_loss_steps=5", "--set", "eval_steps=null", "--set", f"logdir={logdir}", *extra,
+    ]
+
+
+# -- checks made once, before any rank starts ------------------------------------------
+
+
+def test_np_without_use_horovod_is_refused_naming_the_key_before_any_rank(cli, tmp_path):
+    result = cli("train", "--np", 2, "--config", CONFIGS / "horovod.yaml",
+                 "--set", "use_horovod=false", "--set", f"logdir={tmp_path / 'run'}")
+    assert result.exit_code == 2
+    assert "use_horovod" in result.output and "--np 2" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_config_is_one_error_exit_2_before_any_rank(cli, tmp_path):
+    result = cli("train", "--np", 2, "--config", CONFIGS / "horovod.yaml",
+                 "--set", "rank_timeout_secs=0", "--set", f"logdir={tmp_path / 'run'}")
+    assert result.exit_code == 2
+    assert "rank_timeout_secs" in result.output
+    assert result.output.count("Error") == 1  # checked once, not once per rank
+    assert not (tmp_path / "run").exists()
+
+
+def test_hosts_without_np_is_a_usage_error(cli):
+    result = cli("train", "--hosts", "localhost:2", "--config", CONFIGS / "horovod.yaml")
+    assert result.exit_code == 2 and "--np" in result.output
+
+
+@pytest.mark.parametrize("hosts, words", [("localhost", "not HOST:SLOTS"), ("localhost:0", "not HOST:SLOTS"),
+                                          ("localhost:1", "1 slots for --np 2")])
+def test_bad_hosts_are_one_line_exit_2_before_any_rank(cli, tmp_path, hosts, words):
+    result = cli("train", "--np", 2, "--hosts", hosts, "--config", CONFIGS / "horovod.yaml",
+                 "--set", f"logdir={tmp_path / 'run'}")
+    assert result.exit_code == 2 and "--hosts" in result.output and words in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_rank_timeout_secs_defaults_to_60_and_is_not_run_defining(cli):
+    from opt_train.config import load_config
+    from opt_train.training.logdir import NOT_RUN_KEYS
+
+    assert load_config([str(CONFIGS / "horovod.yaml")]).rank_timeout_secs == 60
+    assert "rank_timeout_secs" in NOT_RUN_KEYS
+
+
+def test_process_state_reads_stopped_like_ps():
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while _state(child.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ps = subprocess.run(["ps", "-o", "stat=", "-p", str(child.pid)], capture_output=True, text=True)
+        assert _state(child.pid) == ps.stdout.strip()[:1] == "T"
+        os.kill(child.pid, signal.SIGCONT)
+    finally:
+        child.kill()
+        child.wait()
+    assert _state(child.pid) is None
+
+
+@pytest.mark.parametrize("code, expected", [(0, 0), (1, 1), (2, 2), (3, 3), (130, 130), (143, 143), (-9, 1), (134, 1)])
+def test_exit_codes_passed_on(code, expected):
+    assert exit_code(code) == expected
+
+
+# -- real ranks --------------------------------------------------------------------------
+
+
+def _rank_pid(rank, marker):
+    """The pid of the rank process of `rank` whose command line contains `marker`."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def _alive(pid):
+    return _state(pid) not in (None, "Z")  # an orphan's zombie may wait for a reaper
+
+
+def _start(logdir, *extra):
+    return subprocess.Popen(train_argv(logdir, *extra), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_training(job, logdir, step=10):
+    records = logdir / "metrics.jsonl"
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    while time.monotonic() < deadline and job.poll() is None:
+        if records.exists() and any(r.get("step", 0) >= step for r in read_jsonl(records)):
+            return
+        time.sleep(0.2)
+    raise AssertionError("training did not start: " + (job.communicate()[0] or "")[-3000:])
+
+
+@pytest.mark.slow
+@horovod
+def test_np_2_trains_one_run_written_by_rank_0(tmp_path):
+    logdir = tmp_path / "run"
+    job = subprocess.run(train_argv(logdir, "--set", "max_steps=20"), cwd=REPO, env=ENV,
+                         capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert read_json(logdir / "final_metrics.json")["global_step"] == 20
+    assert [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r] == [5, 10, 15, 20]
+    assert "global batch 64" in job.stdout
+    assert "[rank 1] step" not in job.stdout  # progress from rank 0 alone
+
+
+@pytest.mark.slow
+@horovod
+@pytest.mark.parametrize("sig, words", [
+    (signal.SIGSTOP, "rank 1 hung"),
+    (signal.SIGKILL, "rank 1 failed (killed by SIGKILL)"),
+])
+def test_a_hung_or_dead_rank_ends_the_job_within_the_timeout_naming_it(tmp_path, sig, words):
+    logdir = tmp_path / "run"
+    job = _start(logdir, "--set", "max_steps=100000", "--set", "save_checkpoint_steps=null",
+                 "--set", f"rank_timeout_secs={RANK_TIMEOUT}")
+    try:
+        _wait_for_training(job, logdir)
+        pid = _rank_pid(1, str(logdir))
+        assert pid is not None, "rank 1's process not found"
+        os.kill(pid, sig)
+        signalled = time.monotonic()
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+        ended = time.monotonic()
+    finally:
+        job.kill()
+    assert job.returncode == 1, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and words in last, output[-3000:]
+    assert "Traceback" not in output
+    # Before, a stopped rank ended the job after Gloo's fixed 30 s (~42 s in all), naming rank 0.
+    assert ended - signalled < END_BOUND, output[-3000:]
+
+
+@pytest.mark.slow
+@horovod
+def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
+    import tensorflow as tf
+
+    logdir = tmp_path / "run"
+    job = _start(logdir, "--set", "max_steps=100000", "--set", "save_checkpoint_steps=100000")
+    try:
+        _wait_for_training(job, logdir)
+        job.send_signal(signal.SIGTERM)
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+    finally:
+        job.kill()
+    assert job.returncode == 143, output[-3000:]
+    last = read_jsonl(logdir / "metrics.jsonl")[-1]
+    assert last["interrupted"] == "SIGTERM", output[-3000:]
+    saved = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
+    assert saved is not None and saved.endswith(f"ckpt-{last['step']}")
+    assert "Traceback" not in output and "Error:" not in output
+
+
+# -- under horovodrun --------------------------------------------------------------------
+
+
+def _horovodrun(*command):
+    launcher = shutil.which("horovodrun")
+    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
+    return [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command]
+
+
+@pytest.mark.slow
+@horovod
+def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
+    logdir = tmp_path / "run"
+    rank_command = shlex.join([
+        sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
+        "--set", "max_steps=5", "--set", f"logdir={logdir}",
+    ]) + ' --set "random_seed=$HOROVOD_RANK"'
+    job = subprocess.run(_horovodrun("sh", "-c", rank_command), cwd=REPO, env=ENV, capture_output=True,
+                         text=True, timeout=JOB_TIMEOUT_SECONDS)
+    output = job.stdout + job.stderr
+    assert job.returncode != 0
+    refusals = [line for line in output.splitlines() if "ranks were given different configs" in line]
+    assert len(refusals) == 2, output[-3000:]  # each rank says it, with its own value
+    assert all("random_seed" in line and "logdir" not in line for line in refusals)
+    assert any("random_seed 1 on rank 1" in line for line in refusals), output[-3000:]
+    assert not (logdir / "checkpoints").exists()
+
+
+@pytest.mark.slow
+@horovod
+def test_under_horovodrun_a_stopped_rank_ends_the_job_after_rank_timeout_secs(tmp_path):
+    logdir = tmp_path / "run"
+    job = subprocess.Popen(
+        _horovodrun(
+            sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
+            "--set", "max_steps=100000", "--set", "print_loss_steps=5", "--set", "eval_steps=null",
+            "--set", "save_checkpoint_steps=null", "--set", f"rank_timeout_secs={RANK_TIMEOUT}",
+            "--set", f"logdir={logdir}"),
+        cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for_training(job, logdir)
+        pid = _rank_pid(1, str(logdir))
+        assert pid is not None, "rank 1's process not found"
+        os.kill(pid, signal.SIGSTOP)
+        signalled = time.monotonic()
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+        ended = time.monotonic()
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    # horovodrun cannot tell which rank hung; rank 0 says that one did not answer in time.
+    assert f"another rank failed or did not answer within {RANK_TIMEOUT} s" in output, output[-3000:]
+    assert ended - signalled < END_BOUND, output[-3000:]
+
+
+@pytest.mark.slow
+@horovod
+def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path):
+    # No output after the start line, so no rank learns of the launcher's death from a broken pipe.
+    logdir = tmp_path / "run"
+    job = _start(logdir, "--set", "max_steps=10000000", "--set", "print_loss_steps=10000000",
+                 "--set", "save_checkpoint_steps=null", "--set", "save_summaries_steps=null")
+    try:
+        for line in job.stdout:
+            if line.startswith("training "):
+                break
+        ranks = [_rank_pid(rank, str(logdir)) for rank in (0, 1)]
+        assert None not in ranks
+        time.sleep(3)  # into the updates
+        job.kill()
+        job.wait()
+        deadline = time.monotonic() + 300  # far less than the 10^7 updates asked for
+        while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        job.kill()
+    assert not any(_alive(pid) for pid in ranks), "a rank outlived its launcher"
+
+
+# -- the launcher's verdicts, on real child processes (no TensorFlow) ------------------------
+
+# Each rank runs this with its HOROVOD_RANK; `plan` maps a rank to what it does.
+RANK_SCRIPT = """
+import os, signal, sys, time
+rank = int(os.environ["HOROVOD_RANK"])
+assert os.environ["HOROVOD_SIZE"] == "2" and os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]
+action = {plan!r}.get(rank, "sleep")
+if action == "fail":
+    print("some progress", flush=True)
+    print("Error: rank-specific trouble", file=sys.stderr, flush=True)
+    sys.exit(1)
+if action == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if action == "stop":
+    os.kill(os.getpid(), signal.SIGSTOP)
+if action == "interrupted":
+    sys.exit(143)
+if action == "count_signals":
+    seen = []
+    signal.signal(signal.SIGTERM, lambda n, f: seen.append(n))
+    open(sys.argv[1] + f".{{rank}}", "w").write("started")
+    while not seen:
+        time.sleep(0.05)
+    time.sleep(1)  # a second signal would arrive meanwhile
+    open(sys.argv[1] + f".{{rank}}", "w").write(str(len(seen)))
+    sys.exit(143)
+time.sleep(60)
+"""
+
+
+@horovod
+class TestVerdicts:
+    """The launcher's exit code and last line for what real ranks do."""
+
+    def run(self, plan, tmp_path, rank_timeout=60.0, during=None):
+        import io
+
+        from opt_train.distributed.launcher import Launcher
+
+        command = [sys.executable, "-c", RANK_SCRIPT.format(plan=plan), str(tmp_path / "signals")]
+        out, err = io.StringIO(), io.StringIO()
+        launcher = Launcher(command, 2, rank_timeout=rank_timeout, out=out, err=err)
+        if during:
+            import threading
+
+            threading.Thread(target=during, daemon=True).start()
+        code, message = launcher.run()
+        assert all(rank.code is not None for rank in launcher.ranks)
+        return code, message, out.getvalue(), err.getvalue()
+
+    def test_a_failed_rank_is_named_with_its_last_error_line(self, tmp_path):
+        code, message, out, err = self.run({1: "fail"}, tmp_path)
+        assert code == 1
+        assert message == "rank 1 failed (exit 1): Error: rank-specific trouble"
+        assert "[rank 1] some progress" in out and "[rank 1] Error: rank-specific trouble" in err
+
+    def test_a_killed_rank_is_named_and_the_others_are_ended(self, tmp_path):
+        code, message, _, _ = self.run({1: "kill"}, tmp_path)
+        assert (code, message) == (1, "rank 1 failed (killed by SIGKILL)")
+
+    def test_a_stopped_rank_is_named_as_hung_after_rank_timeout(self, tmp_path):
+        code, message, _, _ = self.run({1: "stop"}, tmp_path, rank_timeout=1)
+        assert code == 1 and message.startswith("rank 1 hung: stopped") and "1 s" in message
+
+    def test_ranks_that_stopped_on_an_interrupt_pass_their_code_on_without_blame(self, tmp_path):
+        code, message, _, _ = self.run({0: "interrupted", 1: "interrupted"}, tmp_path)
+        assert (code, message) == (143, None)
+
+    def test_sigterm_to_the_launcher_reaches_every_rank_once(self, tmp_path):
+        marker = tmp_path / "signals"
+
+        def send_when_started():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if all((tmp_path / f"signals.{rank}").exists() for rank in (0, 1)):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+                time.sleep(0.05)
+
+        code, message, _, _ = self.run({0: "count_signals", 1: "count_signals"}, tmp_path,
+                                       during=send_when_started)
+        assert (code, message) == (143, None)
+        assert [Path(f"{marker}.{rank}").read_text() for rank in (0, 1)] == ["1", "1"]
+
+
+@pytest.mark.slow
+@horovod
+def test_a_sweep_with_np_runs_its_trials_through_the_launcher(tmp_path):
+    out = tmp_path / "sweep"
+    job = subprocess.run(
+        [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "horovod.yaml"), "--np", "2",
+         "--grid", "optimizer_params.learning_rate=0.05", "--set", "max_steps=10", "--set", "eval_steps=10",
+         "--set", "save_checkpoint_steps=10", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)],
+        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS,
+    )
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    [record] = read_jsonl(out / "results.jsonl")
+    assert record["status"] == "ok", record
+    assert read_json(Path(record["logdir"]) / "final_metrics.json")["global_step"] == 10
+    log = (Path(record["logdir"]) / "train.log").read_text()
+    assert log.startswith("$ ") and " train --np 2 " in log.splitlines()[0]
+    assert "global batch 64" in log
