@@ -6,7 +6,7 @@ import inspect
 
 import keras
 
-from opt_train.models.layers import output_head, task_input
+from opt_train.models.layers import image_shape, output_head, task_input
 from opt_train.models.registry import APPLICATION_FIXED_PARAMS
 from opt_train.suggest import UnknownNameError
 from opt_train.models.registry import model_error
@@ -15,17 +15,14 @@ from opt_train.models.registry import model_error
 def application_image_shape(name, task):
     """(height, width, channels) the architecture sees; ValueError naming `model` when there is none."""
     shape = tuple(task.input_shape)
-    if len(shape) == 3:
-        return shape
-    if len(shape) == 2:
-        return shape + (1,)
-    image = task.image_shape
-    if image is None or task.input_dtype != "float32":
+    image = image_shape(task)
+    # A flat input becomes an image only when it holds features, not token ids.
+    if image is None or (len(shape) not in (2, 3) and task.input_dtype != "float32"):
         raise model_error(
             f"`model` {name} needs image inputs (height, width, channels) per example. "
             f"Received: input_shape={shape}"
         )
-    return tuple(image)
+    return image
 
 
 def _constructor(name):
