@@ -44,6 +44,15 @@ class ParamError(ValueError):
         self.key = key
         super().__init__(text or keras_text(param, message, value))
 
+    @classmethod
+    def at(cls, key, code, message, value=None):
+        """A problem reported at the full config `key` (`model`, `gradient_transforms[0].after`).
+
+        For checks that know the key better than any parameter name: `message` is the
+        whole text, and the config layer files the error at `key` with `code`.
+        """
+        return cls(None, code, message, value, key=key, text=message)
+
 
 def keras_text(param, message, value=None):
     """"`power` must be > 0. Received: power=0" (no "Received" part when `value` is None)."""

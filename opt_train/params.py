@@ -209,6 +209,21 @@ def anything(name, value):
     return value
 
 
+# ----- rules many specs share, each built here once -----
+
+# Keras' wording for constructor arguments ("`epsilon` must be in [0, inf]"); numbers only.
+NON_NEGATIVE = number(0, interval=True)  # in [0, inf]
+NON_NEGATIVE_FLOAT = number(0.0, interval=True)  # in [0.0, inf]
+POSITIVE_FLOAT = number(0.0, low_open=True, interval=True)  # in (0.0, inf]
+UNIT = number(0, 1, interval=True)  # in [0, 1]
+FRACTION = number(0, 1, high_open=True)  # in [0, 1): a decay rate, a dropout rate
+ANY_NUMBER = number()
+# Config keys' wording ("must be > 0"); a YAML number may arrive as a string ("1e-3").
+YAML_POSITIVE = number(0, low_open=True, strings=True)  # > 0
+YAML_NON_NEGATIVE = number(0, strings=True)  # >= 0
+YAML_FRACTION = number(0, 1, high_open=True, strings=True)  # in [0, 1)
+
+
 # ----- checking a whole params dict against a spec -----
 
 

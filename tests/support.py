@@ -1,10 +1,24 @@
 """Small helpers shared by test modules (import as `from tests.support import ...`)."""
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+
+# A run of seconds (an 8-unit mlp on the digits, Adam), for tests of what training leaves in a logdir.
+SMALL_RUN = {
+    "model": "mlp",
+    "model_params": {"hidden_units": [8]},
+    "data": "digits",
+    "batch_size_per_gpu": 16,
+    "optimizer": "Adam",
+    "optimizer_params": {"learning_rate": 0.01},
+    "max_steps": 6,
+}
 
 
 def read_json(path):
@@ -13,3 +27,54 @@ def read_json(path):
 
 def read_jsonl(path):
     return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+
+
+def run_python(code, *args, cwd=None):
+    """`python -c code ARGS` in a fresh process that imports this checkout's `opt_train`; output captured as text."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+# The check a fresh process ends with when a command must not load TensorFlow.
+NO_TENSORFLOW = (
+    "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    "assert 'keras' not in sys.modules, 'keras imported'\n"
+)
+
+
+def main_code(*invocations, on_exit="pass", then=NO_TENSORFLOW):
+    """Source for `run_python`: `opt_train.cli.main.main(args)` for each invocation, then `then`.
+
+    `on_exit` is the body of `except SystemExit as stop:` (`args` and `stop` in scope).
+    """
+    return (
+        "import sys\n"
+        "from opt_train.cli.main import main\n"
+        f"for args in {[list(map(str, args)) for args in invocations]!r}:\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as stop:\n"
+        f"        {on_exit}\n"
+        f"{then}"
+    )
+
+
+def one_error_line(result):
+    """The one `Error: ` line of a CLI result, which must show no traceback."""
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+def fill_disk(folder):
+    """Writes zeros into `folder/filler` until the file system is full."""
+    with open(pathlib.Path(folder) / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        except OSError:
+            pass

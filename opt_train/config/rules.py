@@ -21,8 +21,8 @@ REGULARIZERS = ("l1", "l2", "l1_l2", "tf1_l2")
 REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2"), "tf1_l2": ("scale",)}
 
 int_at_least_1 = p.integer(1)
-positive_float = p.number(0, low_open=True, strings=True)
-nonnegative_float = p.number(0, strings=True)
+positive_float = p.YAML_POSITIVE
+nonnegative_float = p.YAML_NON_NEGATIVE
 RATE = p.number(strings=True)
 
 

@@ -21,7 +21,7 @@ positive_int = _p.integer(1, text="a positive integer", whole_floats=False)
 any_int = _p.integer(text="an integer", whole_floats=False)
 non_negative = _p.number(0, text="a number >= 0")
 positive = _p.number(0, low_open=True, text="a number > 0")
-fraction = _p.number(0, 1, high_open=True)  # a dropout rate
+fraction = _p.FRACTION  # a dropout rate
 open_fraction = _p.number(0, 1, low_open=True, high_open=True)  # a share held out for evaluation
 boolean = _p.boolean
 non_empty_string = _p.string

@@ -6,26 +6,23 @@ import inspect
 
 import keras
 
-from opt_train.models.layers import output_head, task_input
+from opt_train.errors import ParamError
+from opt_train.models.layers import image_shape, output_head, task_input
 from opt_train.models.registry import APPLICATION_FIXED_PARAMS
 from opt_train.suggest import UnknownNameError
-from opt_train.models.registry import model_error
 
 
 def application_image_shape(name, task):
     """(height, width, channels) the architecture sees; ValueError naming `model` when there is none."""
     shape = tuple(task.input_shape)
-    if len(shape) == 3:
-        return shape
-    if len(shape) == 2:
-        return shape + (1,)
-    image = task.image_shape
-    if image is None or task.input_dtype != "float32":
-        raise model_error(
-            f"`model` {name} needs image inputs (height, width, channels) per example. "
-            f"Received: input_shape={shape}"
+    image = image_shape(task)
+    # A flat input becomes an image only when it holds features, not token ids.
+    if image is None or (len(shape) not in (2, 3) and task.input_dtype != "float32"):
+        raise ParamError.at(
+            "model", "out_of_range",
+            f"`model` {name} needs image inputs (height, width, channels) per example. Received: input_shape={shape}",
         )
-    return tuple(image)
+    return image
 
 
 def _constructor(name):
@@ -74,8 +71,7 @@ def build_application(name, params, task, regularizer=None):
     try:
         body = constructor(**kwargs)
     except ValueError as error:  # Keras's own shape checks, e.g. "at least 32x32"
-        raise model_error(
-f"`model` {name} cannot take this data's images {image}: {error}") from None
+        raise ParamError.at("model", "out_of_range", f"`model` {name} cannot take this data's images {image}: {error}") from None
     inputs = task_input(task)
     hidden = inputs if tuple(task.input_shape) == image else keras.layers.Reshape(image, name="to_image")(inputs)
     features = body(hidden)

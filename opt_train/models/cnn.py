@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
 import keras
 
-from opt_train.models.layers import output_head, task_input
+from opt_train.models.layers import image_shape, output_head, task_input
 
 
 def image_shape_of(task):
     """(height, width, channels) the model convolves over; ValueError when the task has none."""
-    shape = tuple(task.input_shape)
-    if len(shape) == 3:
-        return shape
-    if len(shape) == 2:
-        return shape + (1,)
-    image = task.image_shape
-    if image is None or math.prod(image) != math.prod(shape):
+    image = image_shape(task)
+    if image is None:
         raise ValueError(
             "Model `cnn` needs image-like inputs: (height, width[, channels]) per example, or a "
-            f"flat input the dataset gives an image shape for. Received: input_shape={shape}, "
-            f"image_shape={image}"
+            f"flat input the dataset gives an image shape for. Received: input_shape={tuple(task.input_shape)}, "
+            f"image_shape={task.image_shape}"
         )
-    return tuple(image)
+    return image
 
 
 def build_cnn(task, *, filters, kernel_size, dense_units, activation, dropout, regularizer=None):

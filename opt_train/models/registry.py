@@ -110,11 +110,6 @@ def resolve_application(name):
     return APPLICATIONS.resolve(name)
 
 
-def model_error(message):
-    """A problem with the `model` key found while building it: reported at `model`."""
-    return p.ParamError(None, "out_of_range", message, key="model", text=message)
-
-
 def check_spec(spec):
     """A model spec mapping checked and normalized (application name resolved); ValueError naming its key."""
     if not isinstance(spec, dict) or len(spec) != 1:

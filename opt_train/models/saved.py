@@ -6,7 +6,7 @@ import os
 
 import keras
 
-from opt_train.models.registry import model_error
+from opt_train.errors import ParamError
 
 
 def _shape(tensor):
@@ -34,26 +34,29 @@ def load_saved_model(path, params, task):
     """
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(full):
-        raise model_error(
-f"`model` path must name an existing .keras file. Received: path={path!r}")
+        raise ParamError.at(
+            "model", "out_of_range", f"`model` path must name an existing .keras file. Received: path={path!r}",
+        )
     try:
         model = keras.saving.load_model(full, compile=False, safe_mode=params["safe_mode"])
     except Exception as error:  # whatever a user's file makes Keras raise, it is that file's fault
         reason = " ".join(str(error).split())
-        raise model_error(
-f"`model` {path} cannot be loaded: {reason}") from None
+        raise ParamError.at("model", "out_of_range", f"`model` {path} cannot be loaded: {reason}") from None
     if not isinstance(model, keras.Model):
-        raise model_error(
-f"`model` {path} must hold a keras.Model. Received: {type(model).__name__}")
+        raise ParamError.at(
+            "model", "out_of_range", f"`model` {path} must hold a keras.Model. Received: {type(model).__name__}",
+        )
     if getattr(model, "inputs", None) and len(model.outputs) == 1:
         expected_in, given_in = _shape(model.inputs[0]), tuple(task.input_shape)
         if len(model.inputs) != 1 or not _fits(expected_in, given_in):
-            raise model_error(
-                f"`model` {path} takes inputs of shape {expected_in}; the data gives {given_in} per example"
+            raise ParamError.at(
+                "model", "out_of_range",
+                f"`model` {path} takes inputs of shape {expected_in}; the data gives {given_in} per example",
             )
         width = _shape(model.outputs[0])[-1:]
         if width and width[0] is not None and width[0] != task.output_dim:
-            raise model_error(
-                f"`model` {path} gives {width[0]} outputs per example; the data needs {task.output_dim}"
+            raise ParamError.at(
+                "model", "out_of_range",
+                f"`model` {path} gives {width[0]} outputs per example; the data needs {task.output_dim}",
             )
     return model

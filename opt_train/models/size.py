@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import os
 
+from opt_train.models.layers import image_shape
+
 # What training holds per weight, at the least: the weight, its gradient and two
 # optimizer slots (Adam's), in float32.
 BYTES_PER_WEIGHT = 4 * 4
@@ -28,8 +30,7 @@ def mlp_weights(task, hidden_units, **_):
 
 
 def cnn_weights(task, filters, kernel_size, dense_units, **_):
-    shape = tuple(task.input_shape)
-    image = shape + (1,) if len(shape) == 2 else shape if len(shape) == 3 else task.image_shape
+    image = image_shape(task)
     if image is None:
         return None  # not image-like: the builder itself says so
     height, width, channels = image[0], image[1], image[2] if len(image) > 2 else 1

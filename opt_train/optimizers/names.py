@@ -38,7 +38,7 @@ DTYPES = ("float32", "float16", "mixed", "bfloat16", "mixed_bfloat16")
 DTYPE = p.one_of(*DTYPES, kind="dtype", lower=True)
 SUMMARY = p.one_of(*OPTIMIZER_SUMMARIES, kind="summary")
 ITER_SIZE = p.integer(1)
-MAX_GRAD_NORM = p.optional(p.number(0, low_open=True, strings=True))
+MAX_GRAD_NORM = p.optional(p.YAML_POSITIVE)
 MAX_CONSECUTIVE_OVERFLOWS = p.optional(p.integer(1))
 # What happens to a step whose gradients (or float32 loss) are not finite.
 ON_NONFINITE = ("skip", "stop")
@@ -49,8 +49,6 @@ ON_NONFINITE_RULE = p.one_of(*ON_NONFINITE, kind="on_nonfinite policy", lower=Tr
 ITER_SIZE_MODES = ("mean", "sum")
 ITER_SIZE_MODE = p.one_of(*ITER_SIZE_MODES, kind="iter_size_mode", lower=True)
 
-_POSITIVE = p.number(0, low_open=True, strings=True)
-_FRACTION = p.number(0, 1, high_open=True, strings=True)
 _WINDOW = p.integer(1)
 
 # Loss-scaler algorithm -> {parameter: Param}. Backoff and LogMax keep
@@ -58,21 +56,21 @@ _WINDOW = p.integer(1)
 # LossScaleOptimizer rule (halve on overflow, double after N finite steps).
 LOSS_SCALER_PARAMS = {
     "Backoff": {
-        "scale_min": Param(1.0, _POSITIVE),
-        "scale_max": Param(2.0**24, _POSITIVE),
+        "scale_min": Param(1.0, p.YAML_POSITIVE),
+        "scale_max": Param(2.0**24, p.YAML_POSITIVE),
         "step_factor": Param(2.0, p.number(1, low_open=True, strings=True)),
         "step_window": Param(2000, _WINDOW),
     },
     "LogMax": {
-        "scale_min": Param(1.0, _POSITIVE),
-        "scale_max": Param(2.0**24, _POSITIVE),
-        "log_max": Param(16.0, _POSITIVE),
-        "beta1": Param(0.99, _FRACTION),
-        "beta2": Param(0.999, _FRACTION),
-        "overflow_std_dev": Param(3.09, _POSITIVE),
+        "scale_min": Param(1.0, p.YAML_POSITIVE),
+        "scale_max": Param(2.0**24, p.YAML_POSITIVE),
+        "log_max": Param(16.0, p.YAML_POSITIVE),
+        "beta1": Param(0.99, p.YAML_FRACTION),
+        "beta2": Param(0.999, p.YAML_FRACTION),
+        "overflow_std_dev": Param(3.09, p.YAML_POSITIVE),
     },
     "Dynamic": {
-        "initial_scale": Param(2.0**15, _POSITIVE),
+        "initial_scale": Param(2.0**15, p.YAML_POSITIVE),
         "dynamic_growth_steps": Param(2000, _WINDOW),
     },
 }
@@ -83,10 +81,10 @@ LOSS_SCALERS = {algo: p.defaults(spec) for algo, spec in LOSS_SCALER_PARAMS.item
 LARC_MODES = ("clip", "scale")
 # `larc_eta` has no default: it is required whenever `larc_params` is given (as in OpenSeq2Seq).
 LARC_SPEC = {
-    "larc_eta": Param(REQUIRED, _POSITIVE),
+    "larc_eta": Param(REQUIRED, p.YAML_POSITIVE),
     "larc_mode": Param("clip", p.one_of(*LARC_MODES, kind="larc_mode")),
-    "min_update": Param(1e-7, p.number(0, strings=True)),
-    "epsilon": Param(1e-7, _POSITIVE),
+    "min_update": Param(1e-7, p.YAML_NON_NEGATIVE),
+    "epsilon": Param(1e-7, p.YAML_POSITIVE),
 }
 # LARC parameter -> default (None for the required `larc_eta`).
 LARC_PARAMS = {name: None if spec.required else spec.default for name, spec in LARC_SPEC.items()}
@@ -95,7 +93,7 @@ LARC_REQUIRED = tuple(name for name, spec in LARC_SPEC.items() if spec.required)
 
 def check_positive(name, value):
     """`value` must be a finite number > 0."""
-    return _POSITIVE(name, value)
+    return p.YAML_POSITIVE(name, value)
 
 
 def check_dtype(dtype):
@@ -225,7 +223,7 @@ def _loss_scaling(name, value):
     """`loss_scaling`: a static scale > 0 (a number, also written as a string) or an algorithm's name."""
     if isinstance(value, str) and not _reads_as_number(value):
         return resolve_loss_scaler(value)
-    return float(_POSITIVE(name, value))
+    return float(p.YAML_POSITIVE(name, value))
 
 
 LOSS_SCALING = _loss_scaling

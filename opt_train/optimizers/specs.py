@@ -41,12 +41,6 @@ LEARNING_RATE = p.number(0, low_open=True, strings=True, schedules=True)
 # RETURNN's custom optimizers accept a rate of 0, as RETURNN did.
 RETURNN_LEARNING_RATE = p.number(0, interval=True, strings=True, schedules=True)
 
-_FRACTION = p.number(0, 1, high_open=True, interval=True)  # a decay rate beta in [0, 1)
-_UNIT = p.number(0, 1, interval=True)  # [0, 1]
-_NON_NEGATIVE = p.number(0.0, interval=True)
-_NON_NEGATIVE_INT = p.number(0, interval=True)
-_POSITIVE = p.number(0.0, low_open=True, interval=True)
-_NUMBER = p.number()
 _BOOL = p.boolean
 
 
@@ -71,12 +65,12 @@ def _pipeline_argument(replacement):
 
 # Keras 3's base `Optimizer` arguments, which every optimizer here forwards.
 BASE_PARAMS = {
-    "weight_decay": Param(None, p.optional(_NON_NEGATIVE)),
-    "clipnorm": Param(None, p.optional(_POSITIVE)),
-    "clipvalue": Param(None, p.optional(_POSITIVE)),
-    "global_clipnorm": Param(None, p.optional(_POSITIVE)),
+    "weight_decay": Param(None, p.optional(p.NON_NEGATIVE_FLOAT)),
+    "clipnorm": Param(None, p.optional(p.POSITIVE_FLOAT)),
+    "clipvalue": Param(None, p.optional(p.POSITIVE_FLOAT)),
+    "global_clipnorm": Param(None, p.optional(p.POSITIVE_FLOAT)),
     "use_ema": Param(False, _BOOL),
-    "ema_momentum": Param(0.99, _UNIT),
+    "ema_momentum": Param(0.99, p.UNIT),
     "ema_overwrite_frequency": Param(None, p.optional(p.integer(1))),
     "name": Param(None, p.optional(p.string)),
     # Set by method in Keras (`exclude_from_weight_decay(var_names=...)`); accepted here.
@@ -86,22 +80,22 @@ BASE_PARAMS = {
 assert set(POST_INIT_PARAMETERS) <= set(BASE_PARAMS)
 
 _L1_L2 = {
-    "l1_regularization_strength": Param(0.0, _NON_NEGATIVE),
-    "l2_regularization_strength": Param(0.0, _NON_NEGATIVE),
+    "l1_regularization_strength": Param(0.0, p.NON_NEGATIVE_FLOAT),
+    "l2_regularization_strength": Param(0.0, p.NON_NEGATIVE_FLOAT),
 }
-_ADAM = {"beta_1": Param(0.9, _FRACTION), "beta_2": Param(0.999, _FRACTION)}
+_ADAM = {"beta_1": Param(0.9, p.FRACTION), "beta_2": Param(0.999, p.FRACTION)}
 _FTRL = {
     "learning_rate_power": Param(-0.5, p.number(None, 0, interval=True)),
-    "initial_accumulator_value": Param(0.1, _NON_NEGATIVE_INT),
-    "l1_regularization_strength": Param(0.0, _NON_NEGATIVE_INT),
-    "l2_regularization_strength": Param(0.0, _NON_NEGATIVE_INT),
-    "l2_shrinkage_regularization_strength": Param(0.0, _NON_NEGATIVE_INT),
-    "beta": Param(0.0, p.optional(_NON_NEGATIVE_INT)),
+    "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE),
+    "l1_regularization_strength": Param(0.0, p.NON_NEGATIVE),
+    "l2_regularization_strength": Param(0.0, p.NON_NEGATIVE),
+    "l2_shrinkage_regularization_strength": Param(0.0, p.NON_NEGATIVE),
+    "beta": Param(0.0, p.optional(p.NON_NEGATIVE)),
 }
 _RETURNN_ADAM = {
     "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
     **_ADAM,
-    "epsilon": Param(1e-8, p.number(0, interval=True)),
+    "epsilon": Param(1e-8, p.NON_NEGATIVE),
 }
 
 # opt-train's own classes (on `base.Optimizer`) take TF1's `use_locking`, passed to the
@@ -121,134 +115,132 @@ OPTIMIZER_PARAMS = {
     "Momentum": _own({
         "learning_rate": _lr(0.01),
         # TF1's MomentumOptimizer has no default momentum.
-        "momentum": Param(REQUIRED, _NON_NEGATIVE),
+        "momentum": Param(REQUIRED, p.NON_NEGATIVE_FLOAT),
         "use_nesterov": Param(False, _BOOL),
     }),
-    "Adagrad": _own({"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, _POSITIVE)}),
+    "Adagrad": _own({"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT)}),
     "ProximalAdagrad": _own({
         "learning_rate": _lr(0.01),
-        "initial_accumulator_value": Param(0.1, _POSITIVE),
+        "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
         **_L1_L2,
     }),
     "AdagradDA": _own({
         "learning_rate": _lr(0.01),
-        "initial_gradient_squared_accumulator_value": Param(0.1, _POSITIVE),
+        "initial_gradient_squared_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
         **_L1_L2,
     }),
     "Adadelta": _own({
         "learning_rate": _lr(0.001),
-        "rho": Param(0.95, p.number(0, 1, interval=True)),
-        "epsilon": Param(1e-8, p.number(0, interval=True)),
+        "rho": Param(0.95, p.UNIT),
+        "epsilon": Param(1e-8, p.NON_NEGATIVE),
     }),
-    "Adam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))}),
-    "LazyAdam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))}),
+    "Adam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.NON_NEGATIVE)}),
+    "LazyAdam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.NON_NEGATIVE)}),
     "Ftrl": _own({"learning_rate": _lr(0.01), **_FTRL}),
     "RMSProp": _own({
         "learning_rate": _lr(0.01),
-        "rho": Param(0.9, p.number(0, 1, interval=True)),
-        "momentum": Param(0.0, p.number(0, interval=True)),
-        "epsilon": Param(1e-10, p.number(0, interval=True)),
+        "rho": Param(0.9, p.UNIT),
+        "momentum": Param(0.0, p.NON_NEGATIVE),
+        "epsilon": Param(1e-10, p.NON_NEGATIVE),
         "centered": Param(False, _BOOL),
     }),
     "NovoGrad": _own({
         "learning_rate": _lr(1.0),
-        "beta_1": Param(0.95, p.number(0, 1, interval=True)),
-        "beta_2": Param(0.98, p.number(0, 1, interval=True)),
-        "epsilon": Param(1e-8, p.number(0, interval=True)),
-        "coupled_weight_decay": Param(0.0, p.number(0, interval=True)),
+        "beta_1": Param(0.95, p.UNIT),
+        "beta_2": Param(0.98, p.UNIT),
+        "epsilon": Param(1e-8, p.NON_NEGATIVE),
+        "coupled_weight_decay": Param(0.0, p.NON_NEGATIVE),
         "grad_averaging": Param(False, _BOOL),
     }),
     "AMSGrad": _own({
         "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
         "decay": Param(False, _BOOL),
-        "beta_1": Param(0.9, _FRACTION),
-        "beta_2": Param(0.99, _FRACTION),
-        "epsilon": Param(0.0, p.number(0, interval=True)),
+        "beta_1": Param(0.9, p.FRACTION),
+        "beta_2": Param(0.99, p.FRACTION),
+        "epsilon": Param(0.0, p.NON_NEGATIVE),
     }),
     "CustomGradientDescent": _own({"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
     "CustomAdam": _own(dict(_RETURNN_ADAM)),
     "GradVarianceScaled": _own(dict(_RETURNN_ADAM)),
     "NeuralOptimizer1": _own({
         "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
-        "beta_1": Param(0.9, _FRACTION),
-        "decrease_factor": Param(0.1, p.number(0, interval=True)),
+        "beta_1": Param(0.9, p.FRACTION),
+        "decrease_factor": Param(0.1, p.NON_NEGATIVE),
     }),
     "NormalizedSGD": _own({"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
     # RETURNN's NadamOptimizer: TF1 Adam's arguments and defaults.
-    "ReturnnNadam": _own(
-        {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.number(0, interval=True))}
-    ),
+    "ReturnnNadam": _own({"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.NON_NEGATIVE)}),
     # Keras 3's classes: Keras' defaults.
-    "SGD": {"learning_rate": _lr(0.01), "momentum": Param(0.0, _UNIT), "nesterov": Param(False, _BOOL)},
-    "Adamax": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
-    "Nadam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
+    "SGD": {"learning_rate": _lr(0.01), "momentum": Param(0.0, p.UNIT), "nesterov": Param(False, _BOOL)},
+    "Adamax": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT)},
+    "Nadam": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT)},
     "AdamW": {
         "learning_rate": _lr(0.001),
-        "weight_decay": Param(0.004, _NON_NEGATIVE),
+        "weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
         **_ADAM,
-        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "amsgrad": Param(False, _BOOL),
     },
     "Adafactor": {
         "learning_rate": _lr(0.001),
-        "beta_2_decay": Param(-0.8, _NUMBER),
-        "epsilon_1": Param(1e-30, _NON_NEGATIVE),
-        "epsilon_2": Param(0.001, _NON_NEGATIVE),
-        "clip_threshold": Param(1.0, _NON_NEGATIVE),
+        "beta_2_decay": Param(-0.8, p.ANY_NUMBER),
+        "epsilon_1": Param(1e-30, p.NON_NEGATIVE_FLOAT),
+        "epsilon_2": Param(0.001, p.NON_NEGATIVE_FLOAT),
+        "clip_threshold": Param(1.0, p.NON_NEGATIVE_FLOAT),
         "relative_step": Param(True, _BOOL),
     },
     "Lion": {
         "learning_rate": _lr(0.001),
         "beta_1": Param(0.9, p.number(0, 1, low_open=True, interval=True)),
-        "beta_2": Param(0.99, _FRACTION),
+        "beta_2": Param(0.99, p.FRACTION),
     },
-    "Lamb": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, _NON_NEGATIVE)},
+    "Lamb": {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT)},
     "Muon": {
         "learning_rate": _lr(0.001),
-        "adam_beta_1": Param(0.9, _FRACTION),
-        "adam_beta_2": Param(0.999, _FRACTION),
-        "adam_weight_decay": Param(0.004, _NON_NEGATIVE),
-        "epsilon": Param(1e-7, _NON_NEGATIVE),
-        "weight_decay": Param(0.004, _NON_NEGATIVE),
+        "adam_beta_1": Param(0.9, p.FRACTION),
+        "adam_beta_2": Param(0.999, p.FRACTION),
+        "adam_weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
+        "weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
         "exclude_layers": Param(None, p.optional(p.list_of(p.string, text="a list of layer names"))),
         "exclude_embeddings": Param(True, _BOOL),
-        "muon_a": Param(3.4445, _NUMBER),
-        "muon_b": Param(-4.775, _NUMBER),
-        "muon_c": Param(2.0315, _NUMBER),
-        "adam_lr_ratio": Param(1, _POSITIVE),
-        "momentum": Param(0.95, _FRACTION),
+        "muon_a": Param(3.4445, p.ANY_NUMBER),
+        "muon_b": Param(-4.775, p.ANY_NUMBER),
+        "muon_c": Param(2.0315, p.ANY_NUMBER),
+        "adam_lr_ratio": Param(1, p.POSITIVE_FLOAT),
+        "momentum": Param(0.95, p.FRACTION),
         "ns_steps": Param(5, p.integer(1)),
         "nesterov": Param(True, _BOOL),
-        "rms_rate": Param(0.2, p.optional(_NON_NEGATIVE)),
+        "rms_rate": Param(0.2, p.optional(p.NON_NEGATIVE_FLOAT)),
     },
     "ScheduleFreeAdamW": {
         "learning_rate": _lr(0.0025),
         **_ADAM,
-        "epsilon": Param(1e-8, _NON_NEGATIVE),
+        "epsilon": Param(1e-8, p.NON_NEGATIVE_FLOAT),
         "warmup_steps": Param(0, p.integer(0)),
     },
     "KerasAdam": {
         "learning_rate": _lr(0.001),
         **_ADAM,
-        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "amsgrad": Param(False, _BOOL),
     },
     "KerasAdagrad": {
         "learning_rate": _lr(0.001),
-        "initial_accumulator_value": Param(0.1, _NON_NEGATIVE),
-        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE_FLOAT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     },
     "KerasAdadelta": {
         "learning_rate": _lr(0.001),
-        "rho": Param(0.95, _UNIT),
-        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "rho": Param(0.95, p.UNIT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     },
     "KerasFtrl": {"learning_rate": _lr(0.001), **_FTRL},
     "KerasRMSprop": {
         "learning_rate": _lr(0.001),
-        "rho": Param(0.9, _UNIT),
-        "momentum": Param(0.0, _NON_NEGATIVE),
-        "epsilon": Param(1e-7, _NON_NEGATIVE),
+        "rho": Param(0.9, p.UNIT),
+        "momentum": Param(0.0, p.NON_NEGATIVE_FLOAT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "centered": Param(False, _BOOL),
     },
 }

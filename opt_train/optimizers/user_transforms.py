@@ -40,13 +40,6 @@ BUILTIN_TRANSFORMS = {
 KEY = "gradient_transforms"
 
 
-class TransformSpecError(ParamError):
-    """A bad `gradient_transforms` entry: a `ParamError` whose `.key` is the full dotted key."""
-
-    def __init__(self, key, code, message):
-        super().__init__(None, code, message, key=key, text=message)
-
-
 def position(stage):
     """The canonical place a stage name stands for (`larc` -> `clip`)."""
     return LAST_STAGE if stage == "larc" else stage
@@ -60,10 +53,10 @@ def _unknown(error, key, code="unknown_name"):
 
 
 def check_entry(index, entry):
-    """One entry as `{factory, params, after}` with `after` filled in; raises `TransformSpecError`."""
+    """One entry as `{factory, params, after}` with `after` filled in; raises a `ParamError` at the entry's key."""
     here = f"{KEY}[{index}]"
     if not isinstance(entry, dict):
-        raise TransformSpecError(
+        raise ParamError.at(
             here, "wrong_type",
             f"must be a mapping {{factory: ..., params: ..., after: ...}}. Received: {entry!r}",
         )
@@ -73,10 +66,10 @@ def check_entry(index, entry):
                 UnknownNameError("gradient transform key", name, ENTRY_KEYS), f"{here}.{name}", "unknown_key"
             )
     if "factory" not in entry:
-        raise TransformSpecError(f"{here}.factory", "missing", "is required")
+        raise ParamError.at(f"{here}.factory", "missing", "is required")
     factory = entry["factory"]
     if not isinstance(factory, str) and not callable(factory):
-        raise TransformSpecError(
+        raise ParamError.at(
             f"{here}.factory", "wrong_type",
             f"must be 'package.module:function' or a built-in name ({', '.join(BUILTIN_TRANSFORMS)}). "
             f"Received: {factory!r}",
@@ -85,7 +78,7 @@ def check_entry(index, entry):
         split_factory(factory, f"{here}.factory")
     params = entry.get("params") or {}
     if not isinstance(params, dict):
-        raise TransformSpecError(f"{here}.params", "wrong_type", f"must be a mapping. Received: {params!r}")
+        raise ParamError.at(f"{here}.params", "wrong_type", f"must be a mapping. Received: {params!r}")
     after = entry.get("after", LAST_STAGE)
     if not isinstance(after, str) or after not in STAGES:
         raise _unknown(UnknownNameError("pipeline stage", after, STAGES), f"{here}.after")
@@ -99,7 +92,7 @@ def check_specs(specs):
     if specs is None:
         return ()
     if not isinstance(specs, (list, tuple)):
-        raise TransformSpecError(KEY, "wrong_type", f"must be a list of transforms. Received: {specs!r}")
+        raise ParamError.at(KEY, "wrong_type", f"must be a list of transforms. Received: {specs!r}")
     return tuple(check_entry(index, entry) for index, entry in enumerate(specs))
 
 
@@ -110,7 +103,7 @@ def split_factory(target, key):
     if not sep or not module or not function.isidentifier():
         if "." not in target and ":" not in target:
             raise _unknown(UnknownNameError("gradient transform", target, BUILTIN_TRANSFORMS), key)
-        raise TransformSpecError(
+        raise ParamError.at(
             key, "wrong_type",
             f"must be 'package.module:function' or a built-in name ({', '.join(BUILTIN_TRANSFORMS)}). "
             f"Received: {target!r}",
@@ -155,7 +148,7 @@ def bind(function, params, here, label="factory"):
             )
     for param in named:
         if accepted[param].default is inspect.Parameter.empty and param not in params:
-            raise TransformSpecError(f"{here}.params.{param}", "missing", "is required")
+            raise ParamError.at(f"{here}.params.{param}", "missing", "is required")
 
 
 def _at_param(error, params, here):
@@ -163,7 +156,7 @@ def _at_param(error, params, here):
     name = getattr(error, "param", None)
     key = f"{here}.params.{name}" if name in params else f"{here}.params"
     code = getattr(error, "code", None)
-    return TransformSpecError(key, code if code in PARAM_CODES else "out_of_range", str(error))
+    return ParamError.at(key, code if code in PARAM_CODES else "out_of_range", str(error))
 
 
 def build(specs):
@@ -192,7 +185,7 @@ def build(specs):
         except ValueError as error:
             raise _at_param(error, params, here) from None
         if not isinstance(transform, GradientTransform):
-            raise TransformSpecError(
+            raise ParamError.at(
                 f"{here}.factory", "wrong_type",
                 "must return an opt_train.optimizers.GradientTransform(init, update). "
                 f"Received: {type(transform).__name__}",

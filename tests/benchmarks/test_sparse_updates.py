@@ -38,3 +38,13 @@ def test_the_three_sparse_updates_leave_the_same_table():
         sparse_updates._kernel_update(tf, spec, kernel, gradient)()
         np.testing.assert_allclose(ours.numpy(), tf1.numpy(), rtol=1e-6, err_msg=name)
         np.testing.assert_allclose(kernel.numpy(), tf1.numpy(), rtol=1e-6, err_msg=name)
+
+
+def test_the_sparse_contenders_are_timed_in_alternating_rounds():
+    # A load change must fall on every contender alike: warm-up first, then round after round.
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in ("opt_train", "tf1", "kernel")}
+    figures = sparse_updates._interleaved_median_ms(steps, repeats=2, warmup=1, rounds=2)
+    assert set(figures) == set(steps) and all(value >= 0 for value in figures.values())
+    one_round = ["opt_train"] * 2 + ["tf1"] * 2 + ["kernel"] * 2
+    assert calls == ["opt_train", "tf1", "kernel"] + one_round * 2

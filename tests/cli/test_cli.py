@@ -1,26 +1,15 @@
 """The CLI from a user's seat: exit codes, error lines, and one end-to-end run per built-in model."""
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.support import CONFIGS, read_json
+from tests.support import CONFIGS, NO_TENSORFLOW, main_code, read_json, run_python
 
 TINY = {"print_loss_steps": 5, "save_summaries_steps": 5, "save_checkpoint_steps": 10}
 
 
 def test_help_does_not_import_tensorflow():
-    code = (
-        "import sys\n"
-        "from opt_train.cli.main import main\n"
-        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "for command in ('train', 'eval', 'validate', 'list', 'lr', 'sweep', 'convert'):\n"
-        "    try:\n        main([command, '--help'])\n    except SystemExit:\n        pass\n"
-        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
-        "assert 'keras' not in sys.modules, 'keras imported'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    commands = ("train", "eval", "validate", "list", "lr", "sweep", "convert")
+    done = run_python(main_code(["--help"], *([command, "--help"] for command in commands)))
     assert done.returncode == 0, done.stderr
     assert "train" in done.stdout and "validate" in done.stdout
 
@@ -28,13 +17,9 @@ def test_help_does_not_import_tensorflow():
 def test_bad_config_is_one_line_exit_2_no_traceback(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("model: mlp\nmax_steps: 10\noptimizer: Adamm\n")
-    code = (
-        "import sys\nfrom opt_train.cli.main import main\n"
-        f"try:\n    main(['validate', '--config', {str(config)!r}])\n"
-        "except SystemExit as e:\n    code = e.code\n"
-        "assert 'tensorflow' not in sys.modules\nsys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    code = main_code(["validate", "--config", config], on_exit="code = stop.code",
+                     then=NO_TENSORFLOW + "sys.exit(code)\n")
+    done = run_python(code)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]

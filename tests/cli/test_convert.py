@@ -1,10 +1,10 @@
 """`opt-train convert`: exit codes, --out, no TensorFlow, and a config file that is never run."""
 
 import pathlib
-import subprocess
-import sys
 
 import yaml
+
+from tests.support import main_code, run_python
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "compat"
 
@@ -27,13 +27,7 @@ def test_convert_never_runs_the_config_and_imports_no_tensorflow(tmp_path):
         "import tensorflow as tf\n"
         "base_params = {'max_steps': 10, 'dtype': tf.float32, 'logdir': __import__('os').getcwd()}\n"
     )
-    code = (
-        "import sys\nfrom opt_train.cli.main import main\n"
-        f"try:\n    main(['convert', 'openseq2seq', {str(config)!r}])\n"
-        "except SystemExit as e:\n    assert not e.code, e.code\n"
-        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = run_python(main_code(["convert", "openseq2seq", config], on_exit="assert not stop.code, stop.code"))
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
     assert "dtype: float32" in done.stdout

@@ -1,12 +1,10 @@
 """`opt-train --config x.yaml [--mode ...]` (OpenSeq2Seq's run.py): the same run as `opt-train train`."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.support import read_json, read_jsonl
+from tests.support import main_code, read_json, read_jsonl, run_python
 
 RUN = {
     "model": "mlp",
@@ -20,14 +18,9 @@ RUN = {
 
 
 def test_root_help_and_the_new_commands_leave_tensorflow_out():
-    code = (
-        "import sys\n"
-        "from opt_train.cli.main import main\n"
-        "for args in (['--help'], ['export', '--help'], ['predict', '--help']):\n"
-        "    try:\n        main(args)\n    except SystemExit as e:\n        assert e.code == 0, (args, e.code)\n"
-        "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    code = main_code(["--help"], ["export", "--help"], ["predict", "--help"],
+                     on_exit="assert stop.code == 0, (args, stop.code)")
+    done = run_python(code)
     assert done.returncode == 0, done.stderr
     assert "--mode" in done.stdout and "export" in done.stdout and "predict" in done.stdout
 

@@ -156,6 +156,21 @@ def test_param_error_refuses_a_code_outside_the_list():
         ParamError("x", "bad", "must be fine")
 
 
+def test_an_error_at_a_full_key_is_one_constructor():
+    error = ParamError.at("model", "out_of_range", "`model` x.keras cannot be loaded", value=3)
+    assert (error.key, error.param, error.code, error.value) == ("model", None, "out_of_range", 3)
+    assert str(error) == error.message == "`model` x.keras cannot be loaded"
+    with pytest.raises(AssertionError):
+        ParamError.at("model", "bad", "must be fine")
+    # The gradient_transforms checks raise it as it is, at the entry's full key.
+    from opt_train.optimizers.user_transforms import check_specs
+
+    with pytest.raises(ParamError) as caught:
+        check_specs([{"after": "clip"}])
+    assert type(caught.value) is ParamError
+    assert (caught.value.key, caught.value.code, str(caught.value)) == ("gradient_transforms[0].factory", "missing", "is required")
+
+
 # The TF-free modules where every check lives: none may raise a bare ValueError.
 RULE_MODULES = [
     "params.py", "suggest.py", "errors.py",

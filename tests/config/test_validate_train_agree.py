@@ -8,12 +8,11 @@ with the same parameter and code.
 """
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from opt_train.config.schema import join_key
+from tests.support import main_code, run_python
 
 BASE = {
     "max_steps": 2,
@@ -180,13 +179,6 @@ def test_the_library_building_that_part_gives_the_same_key_and_code(overrides, k
 def test_train_refuses_a_bad_config_before_importing_tensorflow(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("max_steps: 2\noptimizer: Adam\noptimizer_params:\n  beta_1: 1.5\n")
-    code = (
-        "import sys\n"
-        "from opt_train.cli.main import main\n"
-        f"try:\n    main(['train', '--config', {str(config)!r}])\nexcept SystemExit as stop:\n"
-        "    assert stop.code == 2, stop.code\n"
-        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = run_python(main_code(["train", "--config", config], on_exit="assert stop.code == 2, stop.code"))
     assert done.returncode == 0, done.stderr
     assert "optimizer_params.beta_1: must be in [0, 1). Received: 1.5 [out_of_range]" in done.stderr

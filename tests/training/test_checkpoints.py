@@ -3,48 +3,20 @@
 import os
 import pathlib
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import read_json
+from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json
 
-RUN = {
-    "model": "mlp",
-    "model_params": {"hidden_units": [8]},
-    "data": "digits",
-    "batch_size_per_gpu": 16,
-    "optimizer": "Adam",
-    "optimizer_params": {"learning_rate": 0.01},
-    "max_steps": 6,
-    "print_loss_steps": 2,
-    "save_checkpoint_steps": 2,
-    "num_checkpoints": 3,
-}
-
-
-def _one_error_line(result):
-    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
+RUN = {**SMALL_RUN, "print_loss_steps": 2, "save_checkpoint_steps": 2, "num_checkpoints": 3}
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, train_logdir):
     """A logdir with ckpt-2, ckpt-4, ckpt-6, trained once for the module; tests copy it."""
-    from click.testing import CliRunner
-    import yaml
-
-    from opt_train.cli.main import cli as group
-
-    root = tmp_path_factory.mktemp("trained")
-    config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({**RUN, "logdir": str(root / "run")}))
-    result = CliRunner().invoke(group, ["train", "--config", str(config)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return root / "run"
+    return train_logdir(tmp_path_factory.mktemp("trained"), RUN)[1]
 
 
 @pytest.fixture
@@ -106,14 +78,14 @@ def test_eval_refuses_anything_else_in_one_line(cli, logdir_copy, tmp_path, writ
     for argument, words in cases.items():
         result = cli("eval", "--config", config, "--checkpoint", argument)
         assert result.exit_code == 2, (argument, result.output)
-        assert words in _one_error_line(result), (argument, result.output)
+        assert words in one_error_line(result), (argument, result.output)
     other_model = write_config({**RUN, "model_params": {"hidden_units": [12]}}, "other.yaml")
     result = cli("eval", "--config", other_model, "--checkpoint", str(folder / "ckpt-6"))
     assert result.exit_code == 2, result.output
-    assert "does not restore into this model" in _one_error_line(result)
+    assert "does not restore into this model" in one_error_line(result)
     empty_logdir = write_config({**RUN, "logdir": str(tmp_path / "nothing")}, "nothing.yaml")
     result = cli("eval", "--config", empty_logdir)
-    assert result.exit_code == 2 and "no checkpoint in" in _one_error_line(result)
+    assert result.exit_code == 2 and "no checkpoint in" in one_error_line(result)
 
 
 def _damage(logdir, how):
@@ -186,41 +158,24 @@ def test_a_damaged_checkpoint_falls_back_to_the_newest_that_restores_and_deletes
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4", "ckpt-6", "ckpt-8"]
 
 
-def _mount_tmpfs(path, size):
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-
-
-def test_disk_full_during_a_save_is_one_line_exit_1_and_loses_nothing(cli, write_config, tmp_path):
-    disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "8m")
-    try:
-        # A wide layer: its checkpoint (weights and two Adam slots, ~1.4 MB) is far larger
-        # than the room left below, which config.yaml and the metrics lines still fit in.
-        run = {**RUN, "model_params": {"hidden_units": [1024]}, "max_steps": 2, "logdir": str(disk / "run")}
-        config = write_config(run)
-        assert cli("train", "--config", config).exit_code == 0
-        before = _saved_weights(disk / "run" / "checkpoints" / "ckpt-2")
-        with open(disk / "filler", "wb") as filler:
-            try:
-                while True:
-                    filler.write(b"\0" * 65536)
-                    filler.flush()
-            except OSError:
-                pass
-        os.truncate(disk / "filler", os.path.getsize(disk / "filler") - 256 * 1024)
-        result = cli("train", "--config", config, "--set", "max_steps=4")
-        assert result.exit_code == 1, result.output
-        line = _one_error_line(result)
-        assert "disk full" in line and "ckpt-2 is intact" in line
-        folder = disk / "run" / "checkpoints"
-        assert tf.train.latest_checkpoint(str(folder)) == str(folder / "ckpt-2")
-        after = _saved_weights(folder / "ckpt-2")
-        for name, value in before.items():
-            np.testing.assert_array_equal(after[name], value)
-        debris = [p.name for p in (disk / "run").rglob("*") if "_temp" in p.name or ".tmp" in p.name]
-        assert debris == []
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+def test_disk_full_during_a_save_is_one_line_exit_1_and_loses_nothing(cli, write_config, tmp_path, tmpfs):
+    disk = tmpfs(tmp_path / "disk", "8m")
+    # A wide layer: its checkpoint (weights and two Adam slots, ~1.4 MB) is far larger
+    # than the room left below, which config.yaml and the metrics lines still fit in.
+    run = {**RUN, "model_params": {"hidden_units": [1024]}, "max_steps": 2, "logdir": str(disk / "run")}
+    config = write_config(run)
+    assert cli("train", "--config", config).exit_code == 0
+    before = _saved_weights(disk / "run" / "checkpoints" / "ckpt-2")
+    fill_disk(disk)
+    os.truncate(disk / "filler", os.path.getsize(disk / "filler") - 256 * 1024)
+    result = cli("train", "--config", config, "--set", "max_steps=4")
+    assert result.exit_code == 1, result.output
+    line = one_error_line(result)
+    assert "disk full" in line and "ckpt-2 is intact" in line
+    folder = disk / "run" / "checkpoints"
+    assert tf.train.latest_checkpoint(str(folder)) == str(folder / "ckpt-2")
+    after = _saved_weights(folder / "ckpt-2")
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value)
+    debris = [p.name for p in (disk / "run").rglob("*") if "_temp" in p.name or ".tmp" in p.name]
+    assert debris == []

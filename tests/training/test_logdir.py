@@ -9,19 +9,9 @@ import sys
 import pytest
 import yaml
 
-from tests.support import REPO, read_json, read_jsonl
+from tests.support import REPO, SMALL_RUN, fill_disk, one_error_line, read_json, read_jsonl
 
-RUN = {
-    "model": "mlp",
-    "model_params": {"hidden_units": [8]},
-    "data": "digits",
-    "batch_size_per_gpu": 16,
-    "optimizer": "Adam",
-    "optimizer_params": {"learning_rate": 0.01},
-    "max_steps": 6,
-    "print_loss_steps": 3,
-    "save_checkpoint_steps": 3,
-}
+RUN = {**SMALL_RUN, "print_loss_steps": 3, "save_checkpoint_steps": 3}
 
 
 def _files(logdir):
@@ -34,20 +24,9 @@ def _files(logdir):
     }
 
 
-def _one_error_line(result):
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("Error: ")]
-    assert len(errors) == 1, result.output
-    assert "Traceback" not in result.output
-    return errors[0]
-
-
 @pytest.fixture
-def trained(cli, write_config, tmp_path):
-    config = write_config(RUN)
-    result = cli("train", "--config", config)
-    assert result.exit_code == 0, result.output
-    return config, tmp_path / "run"
+def trained(train_logdir, tmp_path):
+    return train_logdir(tmp_path, RUN)
 
 
 def test_a_changed_config_is_refused_before_anything_is_touched(cli, trained):
@@ -56,7 +35,7 @@ def test_a_changed_config_is_refused_before_anything_is_touched(cli, trained):
     result = cli("train", "--config", config, "--set", "optimizer_params.learning_rate=0.5",
                  "--set", "max_steps=9")
     assert result.exit_code == 2, result.output
-    line = _one_error_line(result)
+    line = one_error_line(result)
     assert "optimizer_params.learning_rate 0.5 here, 0.01 in the run" in line
     assert "--resume" in line and "--no-resume" in line and "max_steps" not in line
     assert _files(logdir) == before
@@ -82,7 +61,7 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_and_keeps_config_yaml(cli
     before = _files(logdir)
     result = cli("train", "--config", config, "--resume", "--set", "max_steps=9", *change)
     assert result.exit_code == 2, result.output
-    assert "restores into this run" in _one_error_line(result)
+    assert "restores into this run" in one_error_line(result)
     assert _files(logdir) == before
 
 
@@ -105,7 +84,7 @@ def test_no_resume_and_benchmark_start_afresh_beside_a_run_and_leave_it_alone(cl
 def test_resume_and_no_resume_together_are_a_usage_error(cli, write_config):
     result = cli("train", "--config", write_config(RUN), "--resume", "--no-resume")
     assert result.exit_code == 2
-    assert "--resume cannot be combined" in _one_error_line(result)
+    assert "--resume cannot be combined" in one_error_line(result)
 
 
 _HOLDER = """
@@ -128,7 +107,7 @@ def test_a_second_process_on_a_busy_logdir_stops_at_once_and_a_dead_one_holds_no
         assert holder.stdout.readline().strip() == "locked"
         result = cli("train", "--config", config)
         assert result.exit_code == 2, result.output
-        line = _one_error_line(result)
+        line = one_error_line(result)
         assert f"is in use by another opt-train process (pid {holder.pid} on" in line
         assert not (logdir / "metrics.jsonl").exists()
     finally:
@@ -138,16 +117,8 @@ def test_a_second_process_on_a_busy_logdir_stops_at_once_and_a_dead_one_holds_no
     assert result.exit_code == 0, result.output
 
 
-def _mount_tmpfs(path, *options):
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=1m", *options)), "tmpfs", str(path)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-
-
 @pytest.mark.parametrize("case", ["file", "under_file", "dev_null", "read_only"])
-def test_an_unusable_logdir_is_one_line_exit_2_and_nothing_is_written(cli, write_config, tmp_path, case):
+def test_an_unusable_logdir_is_one_line_exit_2_and_nothing_is_written(cli, write_config, tmp_path, tmpfs, case):
     blocker = tmp_path / "blocker.txt"
     blocker.write_text("not a folder")
     logdir = {
@@ -157,18 +128,14 @@ def test_an_unusable_logdir_is_one_line_exit_2_and_nothing_is_written(cli, write
         "read_only": tmp_path / "ro" / "run",
     }[case]
     if case == "read_only":
-        _mount_tmpfs(tmp_path / "ro", "ro")
-    try:
-        config = write_config({**RUN, "logdir": str(logdir)})
-        result = cli("train", "--config", config)
-        assert result.exit_code == 2, result.output
-        line = _one_error_line(result)
-        assert "config.yaml:" in line and "logdir" in line and str(logdir) in line
-        assert blocker.read_text() == "not a folder"
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["blocker.txt", "config.yaml"] + (["ro"] if case == "read_only" else []))
-    finally:
-        if case == "read_only":
-            subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=False)
+        tmpfs(tmp_path / "ro", "1m", "ro")
+    config = write_config({**RUN, "logdir": str(logdir)})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result)
+    assert "config.yaml:" in line and "logdir" in line and str(logdir) in line
+    assert blocker.read_text() == "not a folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["blocker.txt", "config.yaml"] + (["ro"] if case == "read_only" else []))
 
 
 def test_launched_as_ranks_without_use_horovod_is_refused_naming_the_key(write_config, tmp_path):
@@ -179,7 +146,7 @@ def test_launched_as_ranks_without_use_horovod_is_refused_naming_the_key(write_c
     config = write_config(RUN)
     result = CliRunner().invoke(group, ["train", "--config", str(config)], env={"HOROVOD_SIZE": "2", "HOROVOD_RANK": "1"})
     assert result.exit_code == 2, result.output
-    line = _one_error_line(result)
+    line = one_error_line(result)
     assert "use_horovod" in line and "2 ranks" in line
     assert not (tmp_path / "run").exists()
 
@@ -197,21 +164,11 @@ def test_use_horovod_without_a_launcher_warns(write_config, tmp_path):
         os.environ.update({k: v for k, v in saved.items() if v is not None})
 
 
-def test_a_logdir_on_a_full_disk_is_one_line_exit_1(cli, write_config, tmp_path):
-    disk = tmp_path / "disk"
-    _mount_tmpfs(disk)
-    try:
-        with open(disk / "filler", "wb") as filler:
-            try:
-                while True:
-                    filler.write(b"\0" * 65536)
-                    filler.flush()
-            except OSError:
-                pass
-        result = cli("train", "--config", write_config({**RUN, "logdir": str(disk / "run")}))
-        assert result.exit_code == 1, result.output
-        assert "disk full" in _one_error_line(result)
-        written = [p for p in (disk / "run").rglob("*") if p.is_file() and p.stat().st_size] if (disk / "run").exists() else []
-        assert written == []
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+def test_a_logdir_on_a_full_disk_is_one_line_exit_1(cli, write_config, tmp_path, tmpfs):
+    disk = tmpfs(tmp_path / "disk")
+    fill_disk(disk)
+    result = cli("train", "--config", write_config({**RUN, "logdir": str(disk / "run")}))
+    assert result.exit_code == 1, result.output
+    assert "disk full" in one_error_line(result)
+    written = [p for p in (disk / "run").rglob("*") if p.is_file() and p.stat().st_size] if (disk / "run").exists() else []
+    assert written == []

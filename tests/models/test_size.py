@@ -1,0 +1,34 @@
+"""The weight count the builder checks memory with, against the Keras models the builders make."""
+
+import pytest
+
+from opt_train.data.task import Task
+from opt_train.models.layers import image_shape
+from opt_train.models.size import weight_count
+
+CNN = {"filters": [4, 6], "kernel_size": 3, "dense_units": 5, "activation": "relu", "dropout": 0.0}
+
+TASKS = {
+    "flat_with_image_shape": Task("classification", (64,), 10, num_classes=10, image_shape=(8, 8, 1)),
+    "two_dimensional": Task("regression", (6, 5), 2),
+    "three_dimensional": Task("classification", (9, 7, 3), 4, num_classes=4),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TASKS))
+def test_cnn_weight_count_is_the_keras_models(case):
+    from opt_train.models.cnn import build_cnn
+
+    task = TASKS[case]
+    assert weight_count("cnn", CNN, task) == build_cnn(task, **CNN).count_params()
+
+
+def test_an_input_that_is_no_image_has_no_count_and_the_builder_says_why():
+    from opt_train.models.cnn import build_cnn
+
+    # 60 values cannot be reshaped to 8 x 8 x 1: no shape, no count, and cnn's own error.
+    task = Task("classification", (60,), 10, num_classes=10, image_shape=(8, 8, 1))
+    assert image_shape(task) is None
+    assert weight_count("cnn", CNN, task) is None
+    with pytest.raises(ValueError, match="needs image-like inputs"):
+        build_cnn(task, **CNN)
