@@ -15,7 +15,7 @@ from __future__ import annotations
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param
-from opt_train.suggest import Registry, UnknownNameError
+from opt_train.suggest import Registry
 
 # What `summaries:` may list (OpenSeq2Seq's OPTIMIZER_SUMMARIES plus loss_scale).
 OPTIMIZER_SUMMARIES = (

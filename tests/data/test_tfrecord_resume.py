@@ -67,7 +67,7 @@ def test_killed_tfrecord_run_resumes_exactly(cli, tmp_path):
 
     resumed = cli("train", "--config", legs, "--set", f"max_steps={end}")
     assert resumed.exit_code == 0, resumed.output
-    assert f"resumed from" in resumed.output and f"at step {step}" in resumed.output
+    assert "resumed from" in resumed.output and f"at step {step}" in resumed.output
     assert cli("train", "--config", config("whole", end)).exit_code == 0
 
     expected, actual = _state(tmp_path / "whole"), _state(tmp_path / "legs")
