@@ -99,6 +99,9 @@ class Adam(Optimizer):
         beta_2_power = tf.cast(self._beta_2_power, dtype)
         return learning_rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
 
+    # The kernel's Nesterov form (TF1 contrib's Nadam, RETURNN's `ReturnnNadam`).
+    use_nesterov = False
+
     def dense_kernel(self, variable):
         return True
 
@@ -120,6 +123,7 @@ class Adam(Optimizer):
             epsilon=epsilon,
             grad=gradient,
             use_locking=self.use_locking,
+            use_nesterov=self.use_nesterov,
         )
 
     def sparse_update(self, gradient, variable, lr):

@@ -55,24 +55,8 @@ class ReturnnNadam(Adam):
         super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                          name=name, **kwargs)
 
-    def fused_dense_update(self, gradient, variable, lr):
-        # TF1's fused Adam kernel with use_nesterov, as RETURNN's NadamOptimizer calls it.
-        dtype = variable.dtype
-        beta_1, beta_2, epsilon = self._hyper(dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle,
-            m=self.slot(variable, "m").handle,
-            v=self.slot(variable, "v").handle,
-            beta1_power=tf.cast(self._beta_1_power, dtype),
-            beta2_power=tf.cast(self._beta_2_power, dtype),
-            lr=lr,
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=epsilon,
-            grad=gradient,
-            use_locking=self.use_locking,
-            use_nesterov=True,
-        )
+    # TF1's fused Adam kernel with use_nesterov, as RETURNN's NadamOptimizer calls it.
+    use_nesterov = True
 
     def sparse_update(self, gradient, variable, lr):
         step_size = self._step_size(lr, variable.dtype)
