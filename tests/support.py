@@ -78,3 +78,16 @@ def fill_disk(folder):
                 filler.flush()
         except OSError:
             pass
+
+
+def rank_pid(rank, marker):
+    """The pid of the Horovod rank `rank` whose command line contains `marker` (None: not running)."""
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None

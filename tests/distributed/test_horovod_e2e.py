@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_train_worker as worker
-from tests.support import CONFIGS, REPO, read_json, read_jsonl
+from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
 
 pytestmark = [
     pytest.mark.slow,
@@ -203,19 +203,6 @@ def test_benchmark_sums_samples_per_second_over_ranks(tmp_path):
     assert "benchmark:" in job.stdout
 
 
-def _rank_process(rank, marker):
-    """The pid of the worker of `rank` whose command line contains `marker`."""
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
-            return int(entry.name)
-    return None
-
-
 def test_a_signal_to_one_rank_stops_both_at_the_same_update(tmp_path):
     """SIGTERM to rank 1 alone: both ranks stop at one update, rank 0 saves there, nobody hangs."""
     import tensorflow as tf
@@ -236,7 +223,7 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_update(tmp_path):
             records.exists() and any(r.get("step", 0) >= 20 for r in read_jsonl(records))
         ):
             time.sleep(0.2)
-        pid = _rank_process(1, str(logdir))
+        pid = rank_pid(1, str(logdir))
         assert pid is not None, "rank 1's process not found"
         os.kill(pid, signal.SIGTERM)
         output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from opt_train.distributed.launcher import _state, exit_code
-from tests.support import CONFIGS, REPO, read_json, read_jsonl
+from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
 
 horovod = pytest.mark.skipif(
     importlib.util.find_spec("horovod") is None,
@@ -103,19 +103,6 @@ def test_exit_codes_passed_on(code, expected):
 # -- real ranks --------------------------------------------------------------------------
 
 
-def _rank_pid(rank, marker):
-    """The pid of the rank process of `rank` whose command line contains `marker`."""
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
-            return int(entry.name)
-    return None
-
-
 def _alive(pid):
     return _state(pid) not in (None, "Z")  # an orphan's zombie may wait for a reaper
 
@@ -160,7 +147,7 @@ def test_a_hung_or_dead_rank_ends_the_job_within_the_timeout_naming_it(tmp_path,
                  "--set", f"rank_timeout_secs={RANK_TIMEOUT}")
     try:
         _wait_for_training(job, logdir)
-        pid = _rank_pid(1, str(logdir))
+        pid = rank_pid(1, str(logdir))
         assert pid is not None, "rank 1's process not found"
         os.kill(pid, sig)
         signalled = time.monotonic()
@@ -239,7 +226,7 @@ def test_under_horovodrun_a_stopped_rank_ends_the_job_after_rank_timeout_secs(tm
     )
     try:
         _wait_for_training(job, logdir)
-        pid = _rank_pid(1, str(logdir))
+        pid = rank_pid(1, str(logdir))
         assert pid is not None, "rank 1's process not found"
         os.kill(pid, signal.SIGSTOP)
         signalled = time.monotonic()
@@ -264,7 +251,7 @@ def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path):
         for line in job.stdout:
             if line.startswith("training "):
                 break
-        ranks = [_rank_pid(rank, str(logdir)) for rank in (0, 1)]
+        ranks = [rank_pid(rank, str(logdir)) for rank in (0, 1)]
         assert None not in ranks
         time.sleep(3)  # into the updates
         job.kill()
