@@ -88,14 +88,14 @@ def _signal_group(rank, number):
         pass
 
 
-def _describe(code):
-    """`exit 1`, `killed by SIGKILL` for a Popen returncode."""
-    if code is not None and code < 0:
+def exit_description(exit_code):
+    """`exit code 3`, or `killed by SIGKILL` for a process ended by a signal (a Popen returncode)."""
+    if exit_code is not None and exit_code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return f"killed by {signal.Signals(-exit_code).name}"
         except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit {code}"
+            return f"killed by signal {-exit_code}"
+    return f"exit code {exit_code}"
 
 
 def exit_code(code):
@@ -285,7 +285,7 @@ class Launcher:
             return 2, None  # every rank said why already (a config the ranks refused)
         said = culprit.last_error or culprit.last_line
         detail = f": {said}" if said and culprit.code >= 0 else ""
-        return code, f"rank {culprit.number} failed ({_describe(culprit.code)}){detail}"
+        return code, f"rank {culprit.number} failed ({exit_description(culprit.code)}){detail}"
 
 
 def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 
 from opt_train.atomic import read_json
+from opt_train.distributed.launcher import exit_description
 
 STATUS_FILE = "trial.json"
 METRICS_FILE = "final_metrics.json"
@@ -97,16 +97,6 @@ def failure_reason(log_path, exit_code, start=0, logdir=None, records_start=0):
     if lines:
         return lines[-1]
     return exit_description(exit_code)
-
-
-def exit_description(exit_code):
-    """`exit code 3`, or `killed by SIGKILL` for a process ended by a signal."""
-    if exit_code is not None and exit_code < 0:
-        try:
-            return f"killed by {signal.Signals(-exit_code).name}"
-        except ValueError:
-            return f"killed by signal {-exit_code}"
-    return f"exit code {exit_code}"
 
 
 def _log_tail(log_path, start=0):

@@ -318,7 +318,7 @@ class TestVerdicts:
     def test_a_failed_rank_is_named_with_its_last_error_line(self, tmp_path):
         code, message, out, err = self.run({1: "fail"}, tmp_path)
         assert code == 1
-        assert message == "rank 1 failed (exit 1): Error: rank-specific trouble"
+        assert message == "rank 1 failed (exit code 1): Error: rank-specific trouble"
         assert "[rank 1] some progress" in out and "[rank 1] Error: rank-specific trouble" in err
 
     def test_a_killed_rank_is_named_and_the_others_are_ended(self, tmp_path):
