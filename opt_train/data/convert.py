@@ -78,7 +78,7 @@ def to_tfrecord(path, out, *, shards, compression="none", eval_fraction=0.0, see
     kind = compression_type(compression)
     x, y = read_arrays(path, **read_options)
     if eval_fraction > 0:
-        train, held_out = sources._split(x, y, eval_fraction, seed)
+        train, held_out = sources.split(x, y, eval_fraction, seed)
     else:
         train, held_out = (x, y), (x, y)  # labels mapped as for a split; the copy is not written
     source = sources._user_source(train, held_out, task, num_classes)

@@ -10,33 +10,12 @@ from __future__ import annotations
 import csv
 import os
 import zipfile
-from typing import NamedTuple
 
 import numpy as np
 
+from opt_train.data.arrays import Source, split
 from opt_train.data.registry import DATASET_MODULES
 from opt_train.data.task import Task
-
-
-class Source(NamedTuple):
-    """A dataset in memory: `(x, y)` for train and for eval, and the task they pose."""
-
-    train: tuple
-    eval: tuple
-    task: Task
-
-
-def split_indices(num_examples, eval_fraction, seed):
-    """(train_idx, eval_idx): a seeded permutation cut so eval holds `eval_fraction` of it."""
-    num_eval = int(round(num_examples * eval_fraction))
-    num_eval = min(max(num_eval, 1), num_examples - 1)
-    order = np.random.default_rng(seed).permutation(num_examples)
-    return np.sort(order[num_eval:]), np.sort(order[:num_eval])
-
-
-def _split(x, y, eval_fraction, seed):
-    train_idx, eval_idx = split_indices(len(x), eval_fraction, seed)
-    return (x[train_idx], y[train_idx]), (x[eval_idx], y[eval_idx])
 
 
 def load_digits_source(eval_fraction, seed):
@@ -46,7 +25,7 @@ def load_digits_source(eval_fraction, seed):
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int32)
-    train, held_out = _split(x, y, eval_fraction, seed)
+    train, held_out = split(x, y, eval_fraction, seed)
     task = Task("classification", (64,), 10, num_classes=10, image_shape=(8, 8, 1))
     return Source(train, held_out, task)
 
@@ -59,7 +38,7 @@ def synthetic_classification_source(
     centres = rng.normal(size=(num_classes, num_features))
     y = rng.integers(num_classes, size=num_examples).astype(np.int32)
     x = (centres[y] + noise * rng.normal(size=(num_examples, num_features))).astype(np.float32)
-    train, held_out = _split(x, y, eval_fraction, seed)
+    train, held_out = split(x, y, eval_fraction, seed)
     task = Task("classification", (num_features,), num_classes, num_classes=num_classes)
     return Source(train, held_out, task)
 
@@ -79,7 +58,7 @@ def synthetic_regression_source(
         w = rng.normal(size=(num_features, num_targets)) / np.sqrt(num_features)
         target = x @ w + rng.normal(size=(num_targets,))
     y = target + noise * rng.normal(size=target.shape)
-    train, held_out = _split(x.astype(np.float32), y.astype(np.float32), eval_fraction, seed)
+    train, held_out = split(x.astype(np.float32), y.astype(np.float32), eval_fraction, seed)
     task = Task("regression", (num_features,), num_targets)
     return Source(train, held_out, task)
 
@@ -89,7 +68,7 @@ def reversal_source(vocab_size, seq_len, num_examples, eval_fraction, seed):
     rng = np.random.default_rng(seed)
     x = rng.integers(vocab_size, size=(num_examples, seq_len)).astype(np.int32)
     y = np.ascontiguousarray(x[:, ::-1])
-    train, held_out = _split(x, y, eval_fraction, seed)
+    train, held_out = split(x, y, eval_fraction, seed)
     task = Task("sequence", (seq_len,), vocab_size, input_dtype="int32", vocab_size=vocab_size)
     return Source(train, held_out, task)
 
@@ -243,7 +222,7 @@ def _train_and_eval(read, path, eval_path, eval_fraction, seed):
     x, y = read(path, "path")
     if eval_path is not None:
         return (x, y), read(eval_path, "eval_path")
-    return _split(x, y, eval_fraction, seed)
+    return split(x, y, eval_fraction, seed)
 
 
 def npz_source(path, x_key, y_key, task, num_classes, eval_path, eval_fraction, seed):

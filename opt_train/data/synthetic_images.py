@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from opt_train.data import params as p
+from opt_train.data.arrays import Source, split_indices
 
 PATTERN_CELLS = 8  # the class patterns' grid: each is PATTERN_CELLS x PATTERN_CELLS x channels
 
@@ -38,7 +39,6 @@ def _upsample(patterns, height, width):
 
 def source(num_examples, height, width, channels, num_classes, noise, eval_fraction, seed):
     """Image of class k = pattern_k (N(0, 1) on a coarse grid, scaled up) + noise * N(0, 1), float32 NHWC."""
-    from opt_train.data.sources import Source, split_indices
     from opt_train.data.task import Task
 
     rng = np.random.default_rng(seed)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from opt_train.data import registry, sources
+from opt_train.data import arrays, registry, sources
 
 
 def _load(name, **params):
@@ -37,7 +37,7 @@ def test_digits_split_is_deterministic_and_seeded():
 
 
 def test_split_indices_are_disjoint_and_cover():
-    train, held_out = sources.split_indices(101, 0.3, seed=5)
+    train, held_out = arrays.split_indices(101, 0.3, seed=5)
     assert len(held_out) == 30
     assert not set(train) & set(held_out)
     assert sorted(np.concatenate([train, held_out])) == list(range(101))
