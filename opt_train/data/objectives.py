@@ -15,6 +15,7 @@ import inspect
 
 import keras
 
+from opt_train import usercode
 from opt_train.data.objective_names import resolve_loss, resolve_metric
 from opt_train.suggest import UnknownNameError
 
@@ -63,9 +64,9 @@ def make_loss(spec, params):
     """
     params = dict(params or {})
     if isinstance(spec, dict):
-        from opt_train.data.factory import load_function
+        from opt_train.models.registry import split_factory
 
-        fn = load_function(spec, key="loss.factory")
+        fn = usercode.load(":".join(split_factory(spec)), "loss.factory")
         _check_params(fn, params, "loss")
         return _FunctionLoss(fn, params)
     fn = keras.losses.get(resolve_loss(spec))
