@@ -19,6 +19,8 @@ import os
 import sys
 import traceback
 
+from opt_train.errors import ParamError
+
 
 class UserCodeError(ValueError):
     """The user's code named at config `key` failed; `details` holds its traceback lines (their frames)."""
@@ -64,9 +66,26 @@ def split(target):
     module_name, separator, attribute = target.partition(":")
     if not separator:
         module_name, _, attribute = target.rpartition(".")
-    if not module_name or not attribute or ":" in attribute:
+    if not module_name or not attribute.isidentifier():
         raise ValueError(f"must be 'package.module:function'. Received: {target!r}")
     return module_name, attribute
+
+
+def split_spec(spec):
+    """`("package.module", "function")` from a config's `{factory: "package.module:function"}`.
+
+    The one parser of the factory form, for models, datasets and losses alike.
+    """
+    if not isinstance(spec, dict) or set(spec) != {"factory"}:
+        keys = sorted(spec) if isinstance(spec, dict) else spec
+        raise ParamError(
+            "factory", "wrong_type", "must be a name or {factory: 'package.module:function'}", keys,
+            text=f"A model spec must be a name or {{factory: 'package.module:function'}}. Received: {keys!r}",
+        )
+    try:
+        return split(spec["factory"])
+    except ValueError:
+        raise ParamError("factory", "wrong_type", "must be 'package.module:function'", spec["factory"]) from None
 
 
 def load(target, key):

@@ -8,6 +8,7 @@ rules know nothing of files: the validator adds where a value was set.
 from __future__ import annotations
 
 from opt_train import params as p
+from opt_train import usercode
 from opt_train.config.issues import RuleError, RuleErrors
 from opt_train.config.registries import registry
 from opt_train.config.schema import LarcParams
@@ -60,7 +61,7 @@ def model_spec(name, value):
 def user_factory(value):
     """`{factory: "pkg.mod:function"}`, checked by the one factory parser (the models registry's)."""
     check_known_keys(value, ("factory",))
-    registry("model").split_factory(value)
+    usercode.split_spec(value)
     return {"factory": value["factory"]}
 
 

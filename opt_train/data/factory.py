@@ -33,9 +33,7 @@ class FactoryError(UserCodeError):
 
 def load_function(spec, key="data.factory"):
     """The function `spec["factory"]` names, imported; a FactoryError at `key` when it cannot be."""
-    from opt_train.models.registry import split_factory
-
-    module_name, name = split_factory(spec)
+    module_name, name = usercode.split_spec(spec)
     try:
         return usercode.load(f"{module_name}:{name}", key)
     except UserCodeError as error:

@@ -64,9 +64,7 @@ def make_loss(spec, params):
     """
     params = dict(params or {})
     if isinstance(spec, dict):
-        from opt_train.models.registry import split_factory
-
-        fn = usercode.load(":".join(split_factory(spec)), "loss.factory")
+        fn = usercode.load(":".join(usercode.split_spec(spec)), "loss.factory")
         _check_params(fn, params, "loss")
         return _FunctionLoss(fn, params)
     fn = keras.losses.get(resolve_loss(spec))

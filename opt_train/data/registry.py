@@ -9,6 +9,7 @@ from __future__ import annotations
 from opt_train.data import params as p
 from opt_train.data import synthetic_images
 from opt_train.suggest import Registry, UnknownNameError
+from opt_train.usercode import split_spec
 
 TASK_KINDS = ("classification", "regression")
 
@@ -125,10 +126,9 @@ def is_factory(spec):
 
 
 def _factory_errors(spec, params):
-    from opt_train.models.registry import split_factory  # one parser of `pkg.mod:function` for models and data
 
     try:
-        split_factory(spec)
+        split_spec(spec)
     except ValueError as error:
         return [error]
     if params is not None and not isinstance(params, dict):

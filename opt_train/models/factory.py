@@ -7,14 +7,14 @@ import inspect
 import keras
 
 from opt_train import usercode
-from opt_train.models.registry import split_factory
+from opt_train.usercode import split_spec
 
 KEY = "model.factory"
 
 
 def load_factory(spec):
     """The function a factory spec names; a `UserCodeError` naming the spec when it cannot be imported."""
-    module_name, function_name = split_factory(spec)
+    module_name, function_name = split_spec(spec)
     try:
         return usercode.load(f"{module_name}:{function_name}", KEY)
     except usercode.UserCodeError as error:

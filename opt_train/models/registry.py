@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from opt_train.data import params as p
 from opt_train.suggest import Registry, UnknownNameError
+from opt_train.usercode import split_spec
 
 # Keras 3 activation names (keras.activations.get accepts each; tests check that).
 ACTIVATIONS = (
@@ -123,7 +124,7 @@ def check_spec(spec):
     if key not in SPEC_KEYS:
         raise UnknownNameError("model spec key", key, SPEC_KEYS, code="unknown_key")
     if key == "factory":
-        split_factory(spec)
+        split_spec(spec)
         return dict(spec)
     if key == "keras_application":
         return {key: resolve_application(value)}
@@ -136,23 +137,6 @@ def check_spec(spec):
 def resolve(name):
     """The canonical model name (case and `_`/`-` ignored); raises UnknownNameError."""
     return MODELS.resolve(name)
-
-
-def split_factory(spec):
-    """("package.module", "function") from a factory spec; accepts ':' or a last '.'."""
-    if not isinstance(spec, dict) or set(spec) != {"factory"}:
-        keys = sorted(spec) if isinstance(spec, dict) else spec
-        raise p.ParamError(
-            "factory", "wrong_type", "must be a name or {factory: 'package.module:function'}", keys,
-            text=f"A model spec must be a name or {{factory: 'package.module:function'}}. Received: {keys!r}",
-        )
-    target = spec["factory"]
-    module, sep, function = ("", "", "")
-    if isinstance(target, str):
-        module, sep, function = target.rpartition(":") if ":" in target else target.rpartition(".")
-    if not sep or not module or not function.isidentifier():
-        raise p.ParamError("factory", "wrong_type", "must be 'package.module:function'", target)
-    return module, function
 
 
 def _cross_errors(name, filled):
@@ -187,7 +171,7 @@ def param_errors(spec, params):
         return p.param_errors(PATH_SPEC, params, "saved model")
     if is_factory(spec):
         try:
-            split_factory(spec)
+            split_spec(spec)
         except ValueError as error:
             return [error]
         return [] if params is None or isinstance(params, dict) else [

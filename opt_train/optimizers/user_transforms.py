@@ -99,24 +99,23 @@ def check_specs(specs):
 def split_factory(target, key):
     """`("module", "function")` of a factory string; a built-in name gives its module."""
     target = BUILTIN_TRANSFORMS.get(target, target)
-    module, sep, function = target.rpartition(":") if ":" in target else target.rpartition(".")
-    if not sep or not module or not function.isidentifier():
+    try:
+        return usercode.split(target)
+    except ValueError:
         if "." not in target and ":" not in target:
-            raise _unknown(UnknownNameError("gradient transform", target, BUILTIN_TRANSFORMS), key)
+            raise _unknown(UnknownNameError("gradient transform", target, BUILTIN_TRANSFORMS), key) from None
         raise ParamError.at(
             key, "wrong_type",
             f"must be 'package.module:function' or a built-in name ({', '.join(BUILTIN_TRANSFORMS)}). "
             f"Received: {target!r}",
-        )
-    return module, function
+        ) from None
 
 
 def load_factory(target, key):
     """The callable a factory string names; a `usercode.UserCodeError` at `key` when it cannot be loaded."""
     if callable(target):
         return target
-    module_name, function_name = split_factory(target, key)
-    return usercode.load(f"{module_name}:{function_name}", key)
+    return usercode.load(":".join(split_factory(target, key)), key)
 
 
 def _check_builtin_params(name, params, here):

@@ -7,6 +7,7 @@ import pytest
 
 from opt_train.models import registry
 from opt_train.suggest import UnknownNameError
+from opt_train.usercode import split_spec
 
 
 def test_importing_registry_and_package_leaves_tensorflow_out():
@@ -59,8 +60,8 @@ def test_bad_values(name, params, message):
 def test_factory_params_pass_through_unchecked():
     spec = {"factory": "my_pkg.models:make"}
     assert registry.check_params(spec, {"anything": 1}) == {"anything": 1}
-    assert registry.split_factory(spec) == ("my_pkg.models", "make")
-    assert registry.split_factory({"factory": "my_pkg.models.make"}) == ("my_pkg.models", "make")
+    assert split_spec(spec) == ("my_pkg.models", "make")
+    assert split_spec({"factory": "my_pkg.models.make"}) == ("my_pkg.models", "make")
 
 
 @pytest.mark.parametrize("spec", [{"factory": "nomodule"}, {"factory": "pkg:"}, {"factory": 3},
