@@ -19,7 +19,7 @@ SPEC_DEFAULTS = {
     "warmup": None, "dtype": "float32", "loss_scaling": 1.0, "loss_scaling_params": {},
     "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False,
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
-    "gradient_transforms": [], "iter_size_mode": "mean",
+    "gradient_transforms": [], "iter_size_mode": "mean", "count_skipped_updates": False,
     "freeze_variables_regex": None, "save_checkpoint_steps": 500,
     "summaries": ["learning_rate", "global_gradient_norm", "loss_scale"], "num_checkpoints": 5,
     "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
