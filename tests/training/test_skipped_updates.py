@@ -93,3 +93,20 @@ def test_a_checkpoint_from_before_the_data_position_restores_with_the_old_counti
     strict = Checkpoints(str(tmp_path), items, step=step, max_to_keep=2, writer=False)
     with pytest.raises(RunRefused):
         strict.restore()
+
+
+@pytest.mark.parametrize("count_skipped", [False, True])
+def test_benchmark_samples_are_the_micro_batches_read(count_skipped, cli, write_config, tmp_path):
+    """samples/s counts what was read, skipped updates' batches included (as many per update as iter_size)."""
+    config = write_config({**SKIPPING, "max_steps": 20, "iter_size": 2, "count_skipped_updates": count_skipped})
+    result = cli("train", "--config", config, "--benchmark")
+    assert result.exit_code == 0, result.output
+    final = read_json(tmp_path / "run" / "final_metrics.json")
+    assert final["benchmark/updates_timed"] == 20 - 4  # warm-up: max_steps // 5
+    per_update = RUN["batch_size_per_gpu"] * 2
+    if count_skipped:
+        assert final["benchmark/samples_timed"] == final["benchmark/updates_timed"] * per_update
+    else:
+        # Whole updates: one per counted update, plus the skipped ones (this run skips all along).
+        assert final["benchmark/samples_timed"] % per_update == 0
+        assert final["benchmark/samples_timed"] > final["benchmark/updates_timed"] * per_update
