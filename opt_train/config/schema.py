@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from opt_train.config.issues import ConfigIssue, as_param_error
-from opt_train.optimizers.names import LARC_SPEC
+from opt_train.optimizers.names import LARC_SPEC, MAX_CONSECUTIVE_OVERFLOWS_DEFAULT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,9 @@ class TrainConfig:
     loss_scaling: float | str = 1.0
     loss_scaling_params: dict = _empty()
     on_nonfinite: str = "skip"
-    max_consecutive_overflows: int | None = 20
+    max_consecutive_overflows: int | None = MAX_CONSECUTIVE_OVERFLOWS_DEFAULT
+    # False: a skipped (non-finite) update does not count toward max_steps (OpenSeq2Seq's counting).
+    count_skipped_updates: bool = False
     iter_size: int = 1
     iter_size_mode: str = "mean"  # or "sum" (RETURNN's accum_grad_multiple_step)
     use_horovod: bool = False

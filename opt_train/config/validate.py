@@ -43,6 +43,7 @@ FIELD_RULES = {
     "loss_scaling_params": p.mapping,
     "on_nonfinite": names.ON_NONFINITE_RULE,
     "max_consecutive_overflows": names.MAX_CONSECUTIVE_OVERFLOWS,
+    "count_skipped_updates": names.COUNT_SKIPPED_UPDATES,
     "iter_size": names.ITER_SIZE,
     "iter_size_mode": names.ITER_SIZE_MODE,
     "use_horovod": p.boolean,

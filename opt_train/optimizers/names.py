@@ -40,6 +40,10 @@ SUMMARY = p.one_of(*OPTIMIZER_SUMMARIES, kind="summary")
 ITER_SIZE = p.integer(1)
 MAX_GRAD_NORM = p.optional(p.YAML_POSITIVE)
 MAX_CONSECUTIVE_OVERFLOWS = p.optional(p.integer(1))
+# The YAML default, and the bound used for null when skipped updates do not count.
+MAX_CONSECUTIVE_OVERFLOWS_DEFAULT = 20
+# Whether a skipped (non-finite) update counts toward max_steps; false is OpenSeq2Seq's counting.
+COUNT_SKIPPED_UPDATES = p.boolean
 # What happens to a step whose gradients (or float32 loss) are not finite.
 ON_NONFINITE = ("skip", "stop")
 ON_NONFINITE_RULE = p.one_of(*ON_NONFINITE, kind="on_nonfinite policy", lower=True)
@@ -132,6 +136,10 @@ def check_on_nonfinite(on_nonfinite):
 def check_max_consecutive_overflows(value):
     """None (never stop) or an integer >= 1."""
     return MAX_CONSECUTIVE_OVERFLOWS("max_consecutive_overflows", value)
+
+
+def check_count_skipped_updates(value):
+    return COUNT_SKIPPED_UPDATES("count_skipped_updates", value)
 
 
 def larc_param_errors(larc_params):
@@ -265,6 +273,7 @@ __all__ = [
     "check_dtype",
     "check_iter_size",
     "check_iter_size_mode",
+    "check_count_skipped_updates",
     "check_larc_params",
     "check_loss_scaler_params",
     "check_loss_scaling",

@@ -6,12 +6,15 @@ The pipeline, in the order DESIGN.md fixes (each stage a transform tested on its
         all-reduce -> finite check + scaler update -> clip by global norm | LARC
     ]) -> optimizer.apply, only when the update is emitted and finite
 
-Counting (documented in README.md, "The gradient pipeline"):
+Counting (documented in README.md, `count_skipped_updates`):
 
-- `global_step` counts *updates*, applied or skipped (the loop stops at `max_steps`
-  even when steps are skipped); it never moves on a micro-batch that ends no update.
+- `global_step` counts the updates that count toward `max_steps`: applied ones only
+  (`count_skipped_updates=False`, OpenSeq2Seq's counting), or applied and skipped ones
+  (`True`); it never moves on a micro-batch that ends no update.
 - the optimizer's `iterations`, which drives the learning-rate policy, counts
   *applied* updates only: a skipped step moves no weight, slot or lr position.
+- `micro_batches` counts every micro-batch run, skipped updates included: the data
+  position a resumed run starts its stream at.
 """
 
 from __future__ import annotations
@@ -149,20 +152,25 @@ class _PipelineVariables(tf.Module):
 
 
 class TrainOp(tf.Module):
-    """One compiled training step per call: `train_op(batch, summarize=False) -> dict of tensors`.
+    """Runs whole updates: `update(iterator)` one, `run(iterator, updates)` many in one compiled call.
 
-    Each call runs one micro-batch; every `iter_size`-th call ends an update.
-    See `optimize_loss` for the returned entries.
+    `iter_size` lives here (with the accumulate transform): callers count updates and
+    never micro-batches. `train_op(batch)` runs a single micro-batch, for callers
+    that feed batches themselves. See `optimize_loss` for the returned entries.
     """
 
     def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, freeze_variables_regex=None,
-                 summaries=(), jit_compile=False):
+                 summaries=(), jit_compile=False, iter_size=1, count_skipped_updates=True):
         super().__init__(name="train_op")
         self.loss_fn = loss
         self.optimizer = optimizer
         self.scaler = scaler
         self.backend = backend
+        self.iter_size = names.check_iter_size(iter_size)
+        self.count_skipped_updates = bool(count_skipped_updates)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # Every micro-batch run, skipped updates included: where the data stream stands.
+        self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_batches")
         self._pipeline = pipeline
         self._var_list = var_list
         self._freeze_regex = freeze_variables_regex
@@ -249,7 +257,13 @@ class TrainOp(tf.Module):
         update = stages.pop("update", tf.constant(True))
         applied = tf.logical_and(update, stages.pop("apply", tf.constant(True)))
         tf.cond(applied, lambda: self._apply_update(grads), lambda: None)
-        self.global_step.assign_add(tf.cast(update, tf.int64))
+        # OpenSeq2Seq counts only applied updates: under automatic loss scaling its
+        # MixedPrecisionOptimizerWrapper.apply_gradients (open_seq2seq/optimizers/mp_wrapper.py,
+        # NVIDIA/OpenSeq2Seq@0f6258e) runs `tf.cond(should_skip_update, tf.no_op, apply_ops_wrapper)`,
+        # and only apply_ops_wrapper passes `global_step` on to the inner optimizer's apply_gradients.
+        counted = update if self.count_skipped_updates else applied
+        self.global_step.assign_add(tf.cast(counted, tf.int64))
+        self.micro_batches.assign_add(1)
         if not (statistics or summarize):
             # Steps nobody reports on return the loss alone: fewer outputs, less per-step cost.
             return {"loss": loss}
@@ -296,38 +310,93 @@ class TrainOp(tf.Module):
             )
         return self._compiled[key]
 
-    def run(self, iterator, micro_batches):
-        """Runs `micro_batches` micro-batches from `iterator` in one compiled call; returns their mean loss.
-
-        For stretches nobody reports on: one call instead of one per micro-batch
-        saves the per-call cost that dominates small models (Keras's
-        `steps_per_execution`). The updates are the same, in the same order.
-        Under XLA the loop and the iterator stay in the TensorFlow graph (XLA
-        cannot hold an iterator) and each step is one XLA-compiled call.
-        """
+    @staticmethod
+    def _check_iterator(iterator):
         if not isinstance(iterator, tf.data.Iterator):
             # A Python iterator would be read once, while tracing: every step would see one batch.
             raise ValueError(
                 "`iterator` must be a tf.data iterator (`iter(dataset)`). "
                 f"Received: iterator of type {type(iterator).__name__}"
             )
+
+    def update(self, iterator, summarize=False, statistics=True):
+        """Runs one update (its `iter_size` micro-batches from `iterator`); returns its statistics.
+
+        Only the micro-batch that ends the update asks for statistics or summaries.
+        When skipped updates do not count, attempts repeat until one counts or a
+        stop policy fires. `loss` is the mean over every micro-batch run.
+        """
+        self._check_iterator(iterator)
+        self.build()
+        start = None if self.count_skipped_updates else int(self.global_step.numpy())
+        losses = []
+        while True:
+            for index in range(self.iter_size):
+                last = index == self.iter_size - 1
+                result = self._compiled_step(bool(summarize and last), bool(statistics and last))(next(iterator))
+                losses.append(result["loss"])
+            # Reading the step is a host sync, paid only on the updates someone reports on.
+            if start is None or int(self.global_step.numpy()) > start or self.stop_reason is not None:
+                break
+        result = dict(result)
+        result["loss"] = losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+        return result
+
+    def run(self, iterator, updates):
+        """Runs `updates` counted updates from `iterator` in one compiled call; returns the mean loss.
+
+        For stretches nobody reports on: one call instead of one per micro-batch
+        saves the per-call cost that dominates small models (Keras's
+        `steps_per_execution`). The updates are the same, in the same order.
+        When skipped updates do not count, the call runs until `global_step` has
+        moved by `updates`, or a stop policy fires. Under XLA the loop and the
+        iterator stay in the TensorFlow graph (XLA cannot hold an iterator) and
+        each step is one XLA-compiled call.
+        """
+        self._check_iterator(iterator)
         self.build()
         if "run" not in self._compiled:
             self._compiled["run"] = tf.function(self._run_many)
-        return self._compiled["run"](iterator, tf.constant(micro_batches, tf.int32))
+        return self._compiled["run"](iterator, tf.constant(updates, tf.int64))
 
-    def _run_many(self, iterator, count):
+    def _stopping(self):
+        """True once a stage's stop policy says the run must end (a tensor; no host sync)."""
+        if not self._stoppers:
+            return tf.constant(False)
+        return tf.reduce_any(tf.stack([s.stop_code.read_value() > 0 for s in self._stoppers]))
+
+    def _run_many(self, iterator, updates):
         # A nested tf.function is inlined, unless it is XLA-compiled: then it is one cluster.
         step = self._compiled_step(False, False)
         total = tf.constant(0.0, tf.float32)
-        for _ in tf.range(count):
-            total += step(next(iterator))["loss"]
-        return total / tf.cast(count, tf.float32)
+        count = tf.constant(0, tf.int64)
+        if self.count_skipped_updates:
+            for _ in tf.range(updates * self.iter_size):
+                total += step(next(iterator))["loss"]
+                count += 1
+        else:
+            # A skipped update does not move global_step: loop until it reaches the target.
+            # Every rank takes the same turns: the finite verdict (hence the step) is collective.
+            target = self.global_step.read_value() + updates
+            while self.global_step < target and not self._stopping():
+                for _ in tf.range(self.iter_size):
+                    total += step(next(iterator))["loss"]
+                    count += 1
+        return total / tf.cast(tf.maximum(count, 1), tf.float32)
 
     def __call__(self, batch, summarize=False, statistics=True):
         """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""
         self.build(batch)
         return self._compiled_step(bool(summarize), bool(statistics))(batch)
+
+    @property
+    def data_position(self):
+        """Micro-batches consumed so far (skipped updates included): where a resumed stream starts."""
+        return int(self.micro_batches.numpy())
+
+    def fill_data_position(self):
+        """For a checkpoint saved before `micro_batches` existed, when every update counted."""
+        self.micro_batches.assign(self.global_step * self.iter_size)
 
     # -- state -------------------------------------------------------------------
     def checkpoint_items(self):
@@ -335,6 +404,7 @@ class TrainOp(tf.Module):
         self.build()
         items = {
             "global_step": self.global_step,
+            "micro_batches": self.micro_batches,
             "optimizer": self.optimizer,
             "pipeline": self._pipeline_variables,
             "loss_scaler": self.scaler,
@@ -347,7 +417,7 @@ class TrainOp(tf.Module):
     def state_variables(self):
         """Every variable the run's state is made of (broadcast from rank 0 after a resume)."""
         self.build()
-        found = [self.global_step, *self.optimizer.variables,
+        found = [self.global_step, self.micro_batches, *self.optimizer.variables,
                  *self._pipeline_variables.state, *self.scaler.variables]
         unique, seen = [], set()
         for variable in found:
@@ -371,7 +441,7 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
                   loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
                   distributed=None, freeze_variables_regex=None, on_nonfinite="skip",
                   max_consecutive_overflows=None, jit_compile=False, gradient_transforms=None,
-                  iter_size_mode="mean"):
+                  iter_size_mode="mean", count_skipped_updates=True):
     """Given a loss function and optimizer settings, returns a `TrainOp` (OpenSeq2Seq's `optimize_loss` for TF2).
 
     Args:
@@ -396,7 +466,12 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         distributed: an `opt_train.distributed.Backend`; None: `get_backend(on_horovod)`.
         freeze_variables_regex: variables whose path matches get no update and no slots.
         on_nonfinite: "skip" (count and go on) or "stop" (set `stop_reason`). Defaults to `"skip"`.
-        max_consecutive_overflows: stop after this many non-finite updates in a row; None: never.
+        max_consecutive_overflows: stop after this many non-finite updates in a row; None: never
+            when skipped updates count, else `names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT` (a run
+            that skips every update would otherwise never reach its step).
+        count_skipped_updates: whether a skipped (non-finite) update moves `global_step`.
+            False is OpenSeq2Seq's counting (YAML's default); True keeps this function's
+            historical counting. Defaults to `True`.
         jit_compile: XLA-compile the step. Defaults to `False`.
         gradient_transforms: your own transforms, each run right after a named built-in
             stage: entries `{factory, params, after}` as in YAML (`user_transforms`), or
@@ -418,6 +493,9 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     iter_size_mode = names.check_iter_size_mode(iter_size_mode)
     on_nonfinite = names.check_on_nonfinite(on_nonfinite)
     max_consecutive_overflows = names.check_max_consecutive_overflows(max_consecutive_overflows)
+    count_skipped_updates = names.check_count_skipped_updates(count_skipped_updates)
+    if not count_skipped_updates and max_consecutive_overflows is None:
+        max_consecutive_overflows = names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT
     inserted = user_transforms.build(gradient_transforms)
     if not callable(loss):
         raise ValueError(f"`loss` must be a callable `loss(batch) -> scalar`. Received: loss={loss!r}")
@@ -438,4 +516,5 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     return TrainOp(
         loss, opt, pipeline, scaler, distributed, var_list,
         freeze_variables_regex=freeze_variables_regex, summaries=summaries, jit_compile=jit_compile,
+        iter_size=iter_size, count_skipped_updates=count_skipped_updates,
     )

@@ -195,6 +195,7 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
             freeze_variables_regex=config.freeze_variables_regex,
             on_nonfinite=config.on_nonfinite,
             max_consecutive_overflows=config.max_consecutive_overflows,
+            count_skipped_updates=config.count_skipped_updates,
             jit_compile=config.jit_compile,
             gradient_transforms=list(config.gradient_transforms),
         )

@@ -92,9 +92,13 @@ def _first_line(error):
 class Checkpoints:
     """The run's checkpoint directory (`<logdir>/checkpoints`)."""
 
-    def __init__(self, logdir, items, *, step, max_to_keep, writer=True):
+    def __init__(self, logdir, items, *, step, max_to_keep, writer=True, optional=None):
         self.directory = os.path.join(logdir, "checkpoints")
         self.checkpoint = tf.train.Checkpoint(**items)
+        # {item: fill()}: items a checkpoint written before they existed may lack; such a
+        # checkpoint still restores whole (everything else), then `fill` sets the item.
+        self._items = dict(items)
+        self._optional = dict(optional or {})
         self.writer = writer
         self.step_counter = step
         self.max_to_keep = max_to_keep
@@ -156,8 +160,12 @@ class Checkpoints:
 
     def _restore_one(self, path, whole, given=False):
         status = None
+        missing = self._missing_optional(path)
+        checkpoint = self.checkpoint
+        if missing:
+            checkpoint = tf.train.Checkpoint(**{k: v for k, v in self._items.items() if k not in missing})
         try:
-            status = self.checkpoint.restore(path)
+            status = checkpoint.restore(path)
             if whole:
                 status.assert_consumed()
             else:
@@ -169,6 +177,18 @@ class Checkpoints:
             if given:
                 raise RunRefused(f"checkpoint {path} does not restore into this model: {_first_line(error)}") from None
             raise CheckpointUnusable(_first_line(error)) from None
+        for name in missing:
+            self._optional[name]()
+
+    def _missing_optional(self, path):
+        """The optional items `path` has no value for (none when it cannot be read: restore says why)."""
+        if not self._optional:
+            return []
+        try:
+            saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+        except _RESTORE_ERRORS:
+            return []
+        return [name for name in self._optional if name not in saved]
 
     def _rebuild_state(self, restored):
         """Points the `checkpoint` state file at `restored` and the complete checkpoints before it."""

@@ -112,6 +112,8 @@ class Session:
             step=run.train_op.global_step,
             max_to_keep=config.num_checkpoints,
             writer=self.chief,
+            # Checkpoints saved before the data position was one restore with the old counting's.
+            optional={"micro_batches": run.train_op.fill_data_position},
         )
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.reporter = Reporter(config.logdir, enabled=self.chief)
@@ -124,9 +126,12 @@ class Session:
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py).
         self.trial_link = trial_link()
         self.step = 0
+        # Micro-batches consumed (the train op's data position), as of the last read.
+        self._position = 0
         self.eval_results = {}
         self.last_figures = {}
-        # The print_loss_steps interval so far: (mean loss, micro-batches) pairs, its start.
+        # The print_loss_steps interval so far: (mean loss, micro-batches) pairs, its start
+        # (time, data position).
         self._interval_losses = []
         self._interval_start = None
         self._interval_first = 0
@@ -154,6 +159,7 @@ class Session:
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
         )
         self.step = int(self.run.train_op.global_step.numpy())
+        self._position = self.run.train_op.data_position
         if self.chief:
             # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
             os.makedirs(config.logdir, exist_ok=True)
@@ -164,11 +170,11 @@ class Session:
         if self.controls.stopped():
             self.run.max_steps = self.step  # early stopping ended this run before
         # The train stream is a pure function of (seed, position) on every rank, so
-        # skipping the batches already consumed resumes it exactly, for any number of
-        # ranks, without checkpointing an iterator per rank.
+        # skipping the batches already consumed (skipped updates' too) resumes it exactly,
+        # for any number of ranks, without checkpointing an iterator per rank.
         # A streamed source (TFRecord) starts at the epoch the position falls in instead
         # of reading every batch before it.
-        self.iterator = iter(self.run.data.train_from(self.step * config.iter_size))
+        self.iterator = iter(self.run.data.train_from(self._position))
         if restored:
             self.progress.message(f"resumed from {restored} at step {self.step}")
         self.progress.message(
@@ -181,9 +187,10 @@ class Session:
     def loop(self, until=None):
         """Runs updates up to step `until` (default and at most `max_steps`); may be called again."""
         config = self.config
+        train_op = self.run.train_op
         end = self.run.max_steps if until is None else min(until, self.run.max_steps)
         if self._interval_start is None:
-            self._interval_start, self._interval_first = time.perf_counter(), self.step
+            self._interval_start, self._interval_first = time.perf_counter(), self._position
         while self.step < end:
             # Updates up to the next step where something happens run in one compiled
             # call; that step itself runs alone when it needs statistics or summaries.
@@ -191,11 +198,19 @@ class Session:
             summarize, reporting = self._wants_summaries(target), self._reports(target)
             alone = summarize or reporting
             quiet = target - self.step - (1 if alone else 0)
+            result = None
             if quiet:
-                micro_batches = quiet * config.iter_size
-                self._interval_losses.append((self.run.train_op.run(self.iterator, micro_batches), micro_batches))
-            result = self._update(summarize, reporting) if alone else None
-            self.step = target
+                self._count_losses(train_op.run(self.iterator, quiet))
+            if alone and int(train_op.global_step.numpy()) == target - 1:
+                result = train_op.update(self.iterator, summarize=summarize, statistics=reporting)
+                self._count_losses(result["loss"])
+            # Skipped updates may not count: the step is what the train op says it is.
+            self.step = int(train_op.global_step.numpy())
+            if self.step < target:
+                # Short of the target only when a stop policy fired, in the update that
+                # would have been the next step (a skipped update moves no step).
+                self._stop_if_asked(at=self.step + 1)
+                continue
             if self.step % self._stop_check_every == 0 or self.step == self.run.max_steps:
                 self._stop_if_asked()
             if summarize:
@@ -215,7 +230,7 @@ class Session:
             self._interval_start += time.perf_counter() - paused
             if self.benchmark:
                 # After the step's host work, so the warm-up's first report is not timed.
-                self.benchmark.tick(self.step)
+                self.benchmark.tick(self.step, self._position)
 
     @property
     def _stop_check_every(self):
@@ -230,6 +245,12 @@ class Session:
         self._carried = (total, count)
         self._carry.assign([total, float(count)])
         self.checkpoints.save(self.step)
+
+    def _count_losses(self, mean_loss):
+        """Adds the mean loss of the micro-batches run since the last count to the interval."""
+        position = self.run.train_op.data_position
+        self._interval_losses.append((mean_loss, position - self._position))
+        self._position = position
 
     def _fold_interval(self):
         """The interval's (loss sum, micro-batches) so far, its pending losses added in order."""
@@ -323,26 +344,14 @@ class Session:
         self.reporter.close()
 
     # -- pieces ------------------------------------------------------------
-    def _update(self, summarize, reporting):
-        """Runs the iter_size micro-batches of one update; returns the last result.
-
-        Only the micro-batch that ends a reported update asks for the statistics.
-        """
-        iter_size = self.config.iter_size
-        for index in range(iter_size):
-            last = index == iter_size - 1
-            result = self.run.train_op(
-                next(self.iterator), summarize=summarize and last, statistics=reporting and last
-            )
-            self._interval_losses.append((result["loss"], 1))
-        return result
-
-    def _stop_if_asked(self):
+    def _stop_if_asked(self, at=None):
+        """Raises when a stop policy fired (`at`: the step to name) or a signal came."""
         reason = self.run.train_op.stop_reason
         if reason:
+            at = self.step if at is None else at
             if self.chief:
-                self.reporter.record({"step": self.step, "stopped": reason})
-            raise TrainingFailed(f"stopped at step {self.step}: {reason}")
+                self.reporter.record({"step": at, "stopped": reason})
+            raise TrainingFailed(f"stopped at step {at}: {reason}")
         signal_number = self._signal_received()
         if signal_number and self.step < self.run.max_steps:
             self._stop_for_signal(signal_number)
@@ -387,7 +396,7 @@ class Session:
         raise Pruned(f"pruned at step {self.step}: {self.trial_link.metric} is behind the other trials")
 
     def _report(self, result):
-        updates = self.step - self._interval_first
+        micro_batches = self._position - self._interval_first
         elapsed = time.perf_counter() - self._interval_start
         figures = _scalars(result)
         # The mean over the updates since the last multiple of print_loss_steps, whatever
@@ -400,12 +409,14 @@ class Session:
         figures["loss"] = loss
         if self.step % self.config.print_loss_steps == 0:
             self._carried = (0.0, 0)
-        figures["samples_per_sec"] = updates * self.run.global_batch / max(elapsed, 1e-9)
+        # Samples read, skipped updates' included: what the hardware processed.
+        samples = micro_batches * self.config.batch_size_per_gpu * self.run.backend.size
+        figures["samples_per_sec"] = samples / max(elapsed, 1e-9)
         self.last_figures = figures
         self.progress.update(self.step, figures)
         self.reporter.record({"step": self.step, **figures})
         self.reporter.summaries(self.step, {"loss": figures["loss"], "samples_per_sec": figures["samples_per_sec"]})
-        self._interval_start, self._interval_first = time.perf_counter(), self.step
+        self._interval_start, self._interval_first = time.perf_counter(), self._position
 
     def _evaluate(self):
         if self.evaluator is None:
@@ -442,29 +453,31 @@ class _Benchmark:
         self.warmup = bench_start if bench_start is not None else min(10, max(1, run.max_steps // 5))
         self.start_time = None
         self.start_step = None
+        self.start_position = None
         self.end_time = None
         self.end_step = None
+        self.end_position = None
 
-    def tick(self, step):
+    def tick(self, step, position):
+        """At an update boundary: `step` counted updates, `position` micro-batches consumed."""
         if self.start_time is None and step >= self.warmup:
-            self.start_time, self.start_step = time.perf_counter(), step
+            self.start_time, self.start_step, self.start_position = time.perf_counter(), step, position
         elif self.start_time is not None:
-            self.end_time, self.end_step = time.perf_counter(), step
+            self.end_time, self.end_step, self.end_position = time.perf_counter(), step, position
 
     def figures(self):
         if self.end_step is None:
             return {}
         updates = self.end_step - self.start_step
-        seconds = (self.end_time - self.start_time) / updates
-        per_rank = self.run.config.batch_size_per_gpu * self.run.config.iter_size / seconds
+        elapsed = self.end_time - self.start_time
+        # Samples read in the timed stretch (skipped updates' included), this rank.
+        samples = (self.end_position - self.start_position) * self.run.config.batch_size_per_gpu
         return {
-            "benchmark/time_per_step": seconds,
-            "benchmark/samples_per_sec": self.run.backend.allreduce_scalar(per_rank, op="sum"),
+            "benchmark/time_per_step": elapsed / updates,
+            "benchmark/samples_per_sec": self.run.backend.allreduce_scalar(samples / elapsed, op="sum"),
             "benchmark/updates_timed": updates,
             # Samples the timed updates took, all ranks together: what samples_per_sec divides.
-            "benchmark/samples_timed": self.run.backend.allreduce_scalar(
-                updates * self.run.config.batch_size_per_gpu * self.run.config.iter_size, op="sum"
-            ),
+            "benchmark/samples_timed": self.run.backend.allreduce_scalar(samples, op="sum"),
         }
 
     def summary(self):

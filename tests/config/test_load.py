@@ -20,7 +20,7 @@ SPEC_DEFAULTS = {
     "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False,
     "rank_timeout_secs": 60.0,
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
-    "gradient_transforms": [], "iter_size_mode": "mean",
+    "gradient_transforms": [], "iter_size_mode": "mean", "count_skipped_updates": False,
     "freeze_variables_regex": None, "save_checkpoint_steps": 500,
     "summaries": ["learning_rate", "global_gradient_norm", "loss_scale"], "num_checkpoints": 5,
     "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,

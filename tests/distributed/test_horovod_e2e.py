@@ -158,6 +158,18 @@ def test_an_overflow_on_one_rank_skips_the_update_on_both(horovod_runs, single_r
     assert scales and scales[-1] == 2.0**9
 
 
+def test_the_skipped_update_does_not_count_toward_max_steps_on_any_rank(horovod_runs):
+    """OpenSeq2Seq's counting under Horovod: the ranks skip the same update (the verdict is
+    collective), so each applies max_steps updates and reads one update's batches more."""
+    import tensorflow as tf
+
+    for rank in (0, 1):
+        assert horovod_runs("overflow", rank)[0]["global_step"] == worker.STEPS
+    reader = tf.train.load_checkpoint(str(horovod_runs.outdir / "overflow_logdir" / "checkpoints"))
+    assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == worker.STEPS
+    assert reader.get_tensor("micro_batches/.ATTRIBUTES/VARIABLE_VALUE") == worker.STEPS + 1
+
+
 @pytest.mark.parametrize("name", list(worker.RUNS))
 def test_the_updates_moved_the_weights(horovod_runs, name):
     # Guards the comparisons above against runs that changed nothing.

@@ -281,7 +281,7 @@ def test_get_regularization_loss_sums_in_float32():
 
 
 def test_run_of_many_micro_batches_equals_one_call_each():
-    """`train_op.run(iterator, n)` is n calls in one compiled loop: same weights, slots and step."""
+    """`train_op.run(iterator, n)` is n updates' calls in one compiled loop: same weights, slots and step."""
     data = np.random.default_rng(7).normal(size=(12, 3, 2)).astype(np.float32)
 
     def make():
@@ -298,7 +298,7 @@ def test_run_of_many_micro_batches_equals_one_call_each():
     for batch in data:
         stepped(tf.constant(batch), statistics=False)
     together, looped = make()
-    mean_loss = looped.run(iter(tf.data.Dataset.from_tensor_slices(data)), len(data))
+    mean_loss = looped.run(iter(tf.data.Dataset.from_tensor_slices(data)), len(data) // 3)  # updates
 
     np.testing.assert_array_equal(together.numpy(), one_by_one.numpy())
     for ours, theirs in zip(looped.optimizer.variables, stepped.optimizer.variables):
@@ -328,7 +328,7 @@ def test_xla_compiled_pipeline_equals_the_reference_loop(driven_by):
             train_op(batch, statistics=False)
     else:
         stacked = tuple(tf.stack(part) for part in zip(*micro_batches))
-        train_op.run(iter(tf.data.Dataset.from_tensor_slices(stacked)), len(micro_batches))
+        train_op.run(iter(tf.data.Dataset.from_tensor_slices(stacked)), len(micro_batches) // K)  # updates
     assert int(train_op.global_step.numpy()) == UPDATES
     assert int(train_op.optimizer.iterations.numpy()) == UPDATES
     for got, want in zip(variables, expected):

@@ -1,0 +1,112 @@
+"""Skipped updates in a run: max_steps counts applied ones (OpenSeq2Seq), resume stays exact, a bound ends it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.support import read_json, read_jsonl
+from tests.training.test_resume import RUN, _saved_state
+
+# Float16 compute with Backoff from its default 2**24: the first updates overflow, and growing
+# the scale after every 3 finite updates overflows again now and then: skips all along the run.
+SKIPPING = {
+    **RUN,
+    "dtype": "mixed",
+    "loss_scaling": "Backoff",
+    "loss_scaling_params": {"step_window": 3},
+}
+
+
+def _checkpoint_tensor(logdir, name):
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(logdir / "checkpoints")))
+    return int(reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+@pytest.mark.parametrize("count_skipped", [False, True])
+def test_max_steps_counts_applied_updates_unless_told(count_skipped, cli, write_config, tmp_path):
+    config = write_config({**SKIPPING, "max_steps": 20, "count_skipped_updates": count_skipped})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    logdir = tmp_path / "run"
+    final = read_json(logdir / "final_metrics.json")
+    skipped = final["skipped_steps"]
+    assert skipped >= 3
+    assert final["global_step"] == _checkpoint_tensor(logdir, "global_step") == 20
+    applied = _checkpoint_tensor(logdir, "optimizer/_iterations")  # Keras saves `iterations` as `_iterations`
+    consumed = _checkpoint_tensor(logdir, "micro_batches")
+    if count_skipped:
+        assert (applied, consumed) == (20 - skipped, 20)  # the old numbers: fewer updates than asked
+    else:
+        assert (applied, consumed) == (20, 20 + skipped)  # OpenSeq2Seq's: max_steps updates applied
+    assert [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r] == [5, 10, 15, 20]
+
+
+def test_a_resumed_run_that_skips_updates_equals_the_uninterrupted_run(cli, write_config, tmp_path):
+    whole = write_config({**SKIPPING, "max_steps": 30, "logdir": str(tmp_path / "whole")}, "whole.yaml")
+    assert cli("train", "--config", whole).exit_code == 0
+    first_leg = write_config({**SKIPPING, "max_steps": 15, "logdir": str(tmp_path / "legs")}, "leg1.yaml")
+    assert cli("train", "--config", first_leg).exit_code == 0
+    second_leg = write_config({**SKIPPING, "max_steps": 30, "logdir": str(tmp_path / "legs")}, "leg2.yaml")
+    result = cli("train", "--config", second_leg)
+    assert result.exit_code == 0, result.output
+    assert "resumed from" in result.output
+
+    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+    whole_final = read_json(tmp_path / "whole" / "final_metrics.json")
+    legs_final = read_json(tmp_path / "legs" / "final_metrics.json")
+    assert whole_final["skipped_steps"] >= 3
+    assert legs_final == whole_final
+
+
+@pytest.mark.parametrize("bound", [None, 4])
+def test_a_run_that_skips_every_update_stops_with_a_clear_line(bound, cli, write_config, tmp_path):
+    """A static scale past float16's range overflows every update: no step is ever reached."""
+    config = write_config({**RUN, "dtype": "mixed", "loss_scaling": 1.0e10, "max_steps": 10,
+                           "max_consecutive_overflows": bound})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 1, result.output
+    limit = bound or 20
+    assert f"stopped at step 1: {limit} consecutive non-finite updates" in result.output
+    assert "Traceback" not in result.output
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["stopped"].startswith(f"{limit} consecutive")
+
+
+def test_a_checkpoint_from_before_the_data_position_restores_with_the_old_counting(tmp_path):
+    """Written without `micro_batches` (by TF's own writer): it restores whole, position = step × iter_size."""
+    from opt_train.training.checkpoints import Checkpoints
+    from opt_train.training.errors import RunRefused
+
+    old_step = tf.Variable(7, dtype=tf.int64)
+    written = tf.train.Checkpoint(global_step=old_step).save(str(tmp_path / "checkpoints" / "ckpt"))
+
+    step = tf.Variable(0, dtype=tf.int64)
+    position = tf.Variable(0, dtype=tf.int64)
+    items = {"global_step": step, "micro_batches": position}
+    checkpoints = Checkpoints(str(tmp_path), items, step=step, max_to_keep=2,
+                              optional={"micro_batches": lambda: position.assign(step * 4)})
+    assert checkpoints.restore() == written
+    assert (int(step.numpy()), int(position.numpy())) == (7, 28)
+
+    strict = Checkpoints(str(tmp_path), items, step=step, max_to_keep=2, writer=False)
+    with pytest.raises(RunRefused):
+        strict.restore()
+
+
+@pytest.mark.parametrize("count_skipped", [False, True])
+def test_benchmark_samples_are_the_micro_batches_read(count_skipped, cli, write_config, tmp_path):
+    """samples/s counts what was read, skipped updates' batches included (as many per update as iter_size)."""
+    config = write_config({**SKIPPING, "max_steps": 20, "iter_size": 2, "count_skipped_updates": count_skipped})
+    result = cli("train", "--config", config, "--benchmark")
+    assert result.exit_code == 0, result.output
+    final = read_json(tmp_path / "run" / "final_metrics.json")
+    assert final["benchmark/updates_timed"] == 20 - 4  # warm-up: max_steps // 5
+    per_update = RUN["batch_size_per_gpu"] * 2
+    if count_skipped:
+        assert final["benchmark/samples_timed"] == final["benchmark/updates_timed"] * per_update
+    else:
+        # Whole updates: one per counted update, plus the skipped ones (this run skips all along).
+        assert final["benchmark/samples_timed"] % per_update == 0
+        assert final["benchmark/samples_timed"] > final["benchmark/updates_timed"] * per_update
