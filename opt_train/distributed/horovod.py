@@ -46,6 +46,21 @@ START_WAIT_SECONDS = 600
 # Our names for reductions; Horovod's op constants are looked up on first use.
 _REDUCE_OPS = ("mean", "sum", "min", "max")
 
+# What a collective's error says when a peer is gone: Horovod's shutdown after another
+# rank failed, or Gloo's transport error when the peer died (closed, reset) or hung (timed
+# out) while this rank was waiting on it; which one a rank sees depends on the timing.
+LOST_PEER_MESSAGES = (
+    "Horovod has been shut down",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Timed out waiting",
+)
+
+
+def is_lost_peer(error):
+    """True for a collective's error that says a peer is gone (`LOST_PEER_MESSAGES`)."""
+    return any(marker in str(error) for marker in LOST_PEER_MESSAGES)
+
 
 def _import_horovod():
     """`horovod.tensorflow`, or HorovodUnavailableError that says how to install it."""
@@ -326,13 +341,13 @@ class HorovodBackend(Backend):
         self._hvd.allreduce(tf.constant(0, tf.int32), op=self._hvd.Sum, name="opt_train_barrier")
 
     def lost_peer(self, error):
-        """One line for the error a collective raises once Horovod shut down because of another rank.
+        """One line for the error a collective raises once another rank died or stopped answering, else None.
 
         Horovod cannot say which rank: a dead one breaks the connection, a stopped one lets
         Gloo's timeout (rank_timeout_secs) run out. The launcher names it
         (`opt-train train --np N`).
         """
-        if "Horovod has been shut down" not in str(error):
+        if not is_lost_peer(error):
             return None
         timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")
         return (
