@@ -92,6 +92,14 @@ DATASET_SUMMARIES = {
     "tfrecord": "tf.train.Example records streamed from TFRecord files, sharded across ranks",
 }
 
+# The task kind of the datasets whose kind no parameter changes.
+_FIXED_TASK_KINDS = {
+    "digits": "classification",
+    "synthetic_classification": "classification",
+    "synthetic_regression": "regression",
+    "reversal": "sequence",
+}
+
 # A dataset in a module of its own registers with one line here: the module holds its
 # `PARAMS`, `SUMMARY`, `TASK_KIND` and `source(**params)`, the loader (TF-free, like this file).
 DATASET_MODULES = {
@@ -100,6 +108,7 @@ DATASET_MODULES = {
 for _name, _module in DATASET_MODULES.items():
     DATASET_SPECS[_name] = _module.PARAMS
     DATASET_SUMMARIES[_name] = _module.SUMMARY
+    _FIXED_TASK_KINDS[_name] = _module.TASK_KIND
 
 DATASET_NAMES = tuple(DATASET_SPECS)
 
@@ -183,17 +192,6 @@ def check_params(name, params):
         return {**{key: param.default for key, param in FACTORY_SPEC.items()}, **(params or {})}
     name = resolve(name)
     return p.check_params(DATASET_SPECS[name], params, name)
-
-
-_FIXED_TASK_KINDS = {
-    "digits": "classification",
-    "synthetic_classification": "classification",
-    "synthetic_regression": "regression",
-    "reversal": "sequence",
-}
-
-
-_FIXED_TASK_KINDS.update({name: module.TASK_KIND for name, module in DATASET_MODULES.items()})
 
 
 def task_kind(name, params=None):

@@ -6,7 +6,6 @@ import tensorflow as tf
 
 from opt_train.optimizers.adam import Adam
 from opt_train.optimizers.base import gather_rows, keras_serializable
-from opt_train.optimizers.specs import check_args
 
 
 @keras_serializable
@@ -49,11 +48,6 @@ class ReturnnNadam(Adam):
         name: Name of the optimizer. Defaults to `None`.
         **kwargs: The Keras base arguments, as for `Adam`.
     """
-
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-8, name=None, **kwargs):
-        check_args("ReturnnNadam", beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
-        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                         name=name, **kwargs)
 
     # TF1's fused Adam kernel with use_nesterov, as RETURNN's NadamOptimizer calls it.
     use_nesterov = True
