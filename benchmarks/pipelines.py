@@ -70,7 +70,7 @@ class OptTrainPipeline:
         from opt_train.training.loop import Session
 
         config = dataclasses.replace(config, max_steps=_UNBOUNDED_STEPS)
-        run = build_run(config, get_backend(False))
+        run = build_run(config, get_backend())
         run.data = run.data._replace(train=source.as_dataset())
         self.session = Session(run, stream=io.StringIO())
         self.session.start(resume=False)
@@ -98,7 +98,7 @@ def _model_and_task(config):
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
 
-    run = build_run(config, get_backend(False), with_train_op=False)
+    run = build_run(config, get_backend(), with_train_op=False)
     return run.model, run.data.task
 
 

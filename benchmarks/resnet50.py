@@ -78,7 +78,7 @@ def measure(args, workdir):
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_data_for
 
-    source = BatchSource(build_data_for(config, get_backend(False)).train, PREFETCHED_BATCHES)
+    source = BatchSource(build_data_for(config, get_backend()).train, PREFETCHED_BATCHES)
     pipelines = {}
     for cls in (OptTrainPipeline, TapeLoopPipeline, KerasFitPipeline):
         pipelines[cls.name] = cls(config, source)

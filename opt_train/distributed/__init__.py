@@ -1,6 +1,6 @@
-"""Process-group backends: one interface, a single-process and a Horovod implementation.
+"""Process-group backends: one interface; a single-process, a tf.distribute and a Horovod implementation.
 
-The backend is chosen once, by `get_backend(use_horovod)`; only
+The backend is chosen once, by `get_backend(distributed, ...)`; only
 `opt_train.distributed.horovod` imports horovod. Importing this package
 imports no TensorFlow.
 """
@@ -8,18 +8,33 @@ imports no TensorFlow.
 from opt_train.distributed.base import Backend, HorovodUnavailableError
 from opt_train.distributed.single import SingleProcess
 
+# The values of the config's `distributed` key.
+BACKENDS = ("none", "tf", "horovod")
 
-def get_backend(use_horovod=False, rank_timeout=None):
-    """The backend for this process: Horovod when asked for, else a single process.
 
-    `rank_timeout`: seconds the ranks wait for one that stopped answering (the config's
-    `rank_timeout_secs`); None keeps Horovod's default.
+def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None):
+    """The backend for this process.
+
+    Args:
+        distributed: `"none"` (one process, one device), `"tf"` (tf.distribute:
+            `num_gpus` replicas here, and a worker of the cluster `TF_CONFIG` or
+            SLURM describes) or `"horovod"`. Defaults to `"none"`.
+        num_gpus: replicas in this process (tf.distribute). Defaults to `None` (one).
+        rank_timeout: seconds the ranks wait for one that stopped answering (the
+            config's `rank_timeout_secs`); None keeps the engine's default.
     """
-    if not use_horovod:
-        return SingleProcess()
-    from opt_train.distributed.horovod import HorovodBackend
+    if distributed not in BACKENDS:
+        raise ValueError(f"`distributed` must be one of {list(BACKENDS)}. Received: distributed={distributed!r}")
+    if distributed == "horovod":
+        from opt_train.distributed.horovod import HorovodBackend
 
-    return HorovodBackend(rank_timeout=rank_timeout)
+        return HorovodBackend(rank_timeout=rank_timeout)
+    if distributed == "tf":
+        from opt_train.distributed.cluster import cluster_from_environment
+        from opt_train.distributed.tfdist import StrategyBackend
+
+        return StrategyBackend(num_gpus=num_gpus, rank_timeout=rank_timeout, cluster=cluster_from_environment())
+    return SingleProcess()
 
 
-__all__ = ["Backend", "HorovodUnavailableError", "SingleProcess", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "HorovodUnavailableError", "SingleProcess", "get_backend"]

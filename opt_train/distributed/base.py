@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 
 
 class HorovodUnavailableError(RuntimeError):
@@ -12,17 +13,58 @@ class HorovodUnavailableError(RuntimeError):
 class Backend(abc.ABC):
     """What the training loop and the gradient pipeline need of a process group.
 
+    `size` counts the data-parallel replicas of the whole job (Horovod: ranks;
+    tf.distribute: replicas in sync, workers x replicas per worker), so the
+    global batch is `size x batch_size_per_gpu x iter_size`. `rank` is this
+    process's place among the `num_workers` processes; each process reads its
+    own data shard (`worker_index` of `num_workers`) in batches of
+    `replicas_per_worker x batch_size_per_gpu`, which `distribute` splits
+    between its replicas.
+
     `allreduce` and `all_finite` run inside a `tf.function`; the others run eagerly.
     """
 
     size: int = 1
     rank: int = 0
     local_rank: int = 0
+    # A tf.distribute strategy when replicas run inside this process (`opt_train.distributed.tfdist`).
+    strategy = None
+    # One line each for the progress output (e.g. "2 replicas on logical CPU devices").
+    notes: tuple = ()
 
     @property
     def is_chief(self) -> bool:
         """Rank 0: the only process that writes checkpoints, summaries and progress."""
         return self.rank == 0
+
+    @property
+    def num_workers(self) -> int:
+        """Processes in the job, each reading its own data shard."""
+        return self.size
+
+    @property
+    def worker_index(self) -> int:
+        """This process's data shard."""
+        return self.rank
+
+    @property
+    def replicas_per_worker(self) -> int:
+        """Replicas this process runs; its batches hold that many per-replica batches."""
+        return 1
+
+    @property
+    def collective_saves(self) -> bool:
+        """Whether every process must take part in a checkpoint save (only the chief's is kept)."""
+        return False
+
+    def scope(self):
+        """The context the model, the optimizer and the pipeline's variables are created in."""
+        return contextlib.nullcontext()
+
+    def distribute(self, dataset, batch_size_per_replica):
+        """The iterable a train step reads: this process's batches, split between its replicas."""
+        del batch_size_per_replica
+        return dataset
 
     @abc.abstractmethod
     def allreduce(self, tensors, op="mean"):

@@ -10,6 +10,13 @@ With k == 1 there are no accumulators and no condition: the wrapper calls
 `inner` directly, so `iter_size: 1` costs nothing.
 
 `mode="sum"` emits the sum instead (RETURNN's `accum_grad_multiple_step`).
+
+Under tf.distribute (replicas, `opt_train.distributed.tfdist`) the wrapper runs
+in cross-replica context and receives per-replica gradients: each replica adds
+its own into replica-local accumulators (`synchronization=ON_READ`, created
+when `init` runs in the strategy's scope), and at the k-th call the per-replica
+sums go to `inner` as per-replica values, where the all-reduce stage reduces
+them, once per update.
 A variable with Keras's `overwrite_with_gradient` (a float8 scale or amax
 statistic, which the optimizer overwrites with its "gradient") accumulates
 the elementwise maximum of its micro-batch values and zero, and is emitted
@@ -54,6 +61,16 @@ def _overwritten(variable):
     return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
+def _on_each_replica(accumulators, fn, *args):
+    """`fn(*args)` on every replica when the accumulators are replica-local (tf.distribute), else once.
+
+    Per-replica arguments reach `fn` as this replica's own value; the result is per-replica.
+    """
+    if accumulators and isinstance(accumulators[0], tf.distribute.DistributedValues):
+        return accumulators[0].distribute_strategy.run(fn, args=args)
+    return fn(*args)
+
+
 def accumulate(k, inner, mode="mean"):
     """Runs `inner` once every `k` calls on the mean of the k gradients seen since the last update.
 
@@ -72,9 +89,12 @@ def accumulate(k, inner, mode="mean"):
     def init(variables):
         accumulators = ()
         if k > 1:
+            # ON_READ: under a tf.distribute strategy each replica keeps its own sum (outside
+            # one, a plain variable).
             accumulators = tuple(
-                tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
-                            name=f"accumulator_{i}")
+                tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name=f"accumulator_{i}",
+                            synchronization=tf.VariableSynchronization.ON_READ,
+                            aggregation=tf.VariableAggregation.SUM)
                 for i, v in enumerate(variables)
             )
         return AccumulateState(
@@ -95,24 +115,34 @@ def accumulate(k, inner, mode="mean"):
         state.loss_finite.assign(loss_finite)
         extra["loss_is_finite"] = loss_finite
         overwritten = [variables is not None and _overwritten(variables[i]) for i in range(len(grads))]
-        for i in present:
-            if overwritten[i]:
-                accumulator = state.accumulators[i]
-                accumulator.assign(tf.maximum(accumulator, tf.cast(tf.convert_to_tensor(grads[i]), tf.float32)))
-            else:
-                _add_into(state.accumulators[i], grads[i])
+        accumulators = [state.accumulators[i] for i in present]
+
+        def add(gradients):
+            for i, accumulator, gradient in zip(present, accumulators, gradients):
+                if overwritten[i]:
+                    accumulator.assign(tf.maximum(accumulator, tf.cast(tf.convert_to_tensor(gradient), tf.float32)))
+                else:
+                    _add_into(accumulator, gradient)
+
+        def read():
+            return [a.read_value() if overwritten[i] else a.read_value() * weight
+                    for i, a in zip(present, accumulators)]
+
+        def reset():
+            for accumulator in accumulators:
+                accumulator.assign(tf.zeros(accumulator.shape, tf.float32))
+
+        _on_each_replica(accumulators, add, [grads[i] for i in present])
         emit = tf.greater_equal(state.mini_step.assign_add(1), k)
         state.emit.assign(emit)
 
         def flush():
             averaged = [None] * len(grads)
-            for i in present:
-                accumulated = state.accumulators[i].read_value()
-                averaged[i] = accumulated if overwritten[i] else accumulated * weight
+            for i, value in zip(present, _on_each_replica(accumulators, read)):
+                averaged[i] = value
             out, _ = inner.update(averaged, state.inner, variables, **extra)
             # Reads above are ordered before these resets by automatic control dependencies.
-            for i in present:
-                state.accumulators[i].assign(tf.zeros_like(state.accumulators[i]))
+            _on_each_replica(accumulators, reset)
             state.mini_step.assign(0)
             state.loss_finite.assign(True)
             return [tf.convert_to_tensor(out[i]) for i in present]

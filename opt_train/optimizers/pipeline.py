@@ -19,6 +19,8 @@ Counting (documented in README.md, `count_skipped_updates`):
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 import keras
@@ -37,7 +39,14 @@ from opt_train.optimizers.mixed_precision import (
     is_low_precision,
     needs_master_weights,
 )
-from opt_train.optimizers.transform import identity, named_chain, report, state_variables, states_with
+from opt_train.optimizers.transform import (
+    GradientTransform,
+    identity,
+    named_chain,
+    report,
+    state_variables,
+    states_with,
+)
 
 
 def get_regularization_loss(model=None):
@@ -108,9 +117,26 @@ def _dtype_name(dtype):
     return names.check_dtype(getattr(dtype, "name", dtype))
 
 
+class Pipeline(NamedTuple):
+    """The gradient pipeline in two parts, split where replicas meet.
+
+    `local`: the loss scale's removal and what runs right after it, on each
+    replica's own gradient. `shared`: the accumulation and, once per update, the
+    all-reduce and every stage after it, once per process (in cross-replica
+    context under tf.distribute). In one process, and under Horovod (one replica
+    per process), the two run one after the other: `whole()`.
+    """
+
+    local: GradientTransform
+    shared: GradientTransform
+
+    def whole(self):
+        return named_chain(("local", self.local), ("accumulate", self.shared))
+
+
 def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None, inserted=(),
                    on_nonfinite="skip", max_consecutive_overflows=None, iter_size_mode="mean"):
-    """The gradient pipeline as one named chain (see the module docstring for the order).
+    """The gradient pipeline as a `Pipeline` (see the module docstring for the order).
 
     `inserted` is `[(stage, transform)]`: each transform runs right after the
     built-in stage it names (`user_transforms.STAGES`), several after one stage
@@ -137,9 +163,9 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
                                       max_consecutive_overflows=max_consecutive_overflows)),
         *stage("post", post, "clip"),
     )
-    return named_chain(
-        *stage("unscale", unscale(scaler)),
-        ("accumulate", accumulate(iter_size, per_update, mode=iter_size_mode)),
+    return Pipeline(
+        local=named_chain(*stage("unscale", unscale(scaler))),
+        shared=accumulate(iter_size, per_update, mode=iter_size_mode),
     )
 
 
@@ -177,13 +203,20 @@ class TrainOp(tf.Module):
         self._summaries = summaries
         self._jit_compile = jit_compile
         # Under Horovod a custom-op all-reduce cannot be XLA-compiled: then the parts around it, the
-        # forward/backward pass and the optimizer update, are compiled each as one XLA call.
-        around_allreduce = jit_compile and backend.size > 1
+        # forward/backward pass and the optimizer update, are compiled each as one XLA call. Under
+        # tf.distribute the forward/backward pass (on each replica) is; the update runs through the
+        # strategy's cross-replica `update`, which XLA cannot hold.
+        self._strategy = backend.strategy
+        around_allreduce = jit_compile and (backend.size > 1 or self._strategy is not None)
         self._forward_backward = (
             tf.function(self._gradients, jit_compile=True) if around_allreduce else self._gradients
         )
-        self._apply_update = tf.function(self._apply, jit_compile=True) if around_allreduce else self._apply
+        self._apply_update = (
+            tf.function(self._apply, jit_compile=True)
+            if around_allreduce and self._strategy is None else self._apply
+        )
         self._state = None
+        self._has_gradient = ()
         self._stoppers = ()
         self.variables_to_train = None
         self.frozen_variables = None
@@ -227,8 +260,13 @@ class TrainOp(tf.Module):
             )
         self.variables_to_train = variables
         self.frozen_variables = frozen
-        self.optimizer.build(variables)
-        self._state = self._pipeline.init(variables)
+        with self.backend.scope():
+            # Inside the strategy's scope (tf.distribute): the optimizer's slots become mirrored
+            # variables and the accumulators replica-local ones. Building the slots here, eagerly,
+            # also avoids keras#23085 (a first update traced under a strategy fails to build them).
+            self.optimizer.build(variables)
+            self._state = {"local": self._pipeline.local.init(variables),
+                           "accumulate": self._pipeline.shared.init(variables)}
         self._pipeline_variables = _PipelineVariables(state_variables(self._state))
         # The stages with a stop policy (the finite check), each owning its verdict.
         self._stoppers = states_with(self._state, "stop_reason")
@@ -246,14 +284,42 @@ class TrainOp(tf.Module):
         pairs = [(g, v) for g, v in zip(grads, self.variables_to_train) if g is not None]
         self.optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
 
-    def _step(self, batch, summarize, statistics):
+    def _local_part(self, batch):
+        """Loss, gradients and the pipeline's local stages on one replica's micro-batch."""
         loss, grads = self._forward_backward(batch)
+        grads, _ = self._pipeline.local.update(
+            grads, self._state["local"], self.variables_to_train,
+            learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32),
+            loss_is_finite=tf.math.is_finite(loss),
+        )
+        if self._strategy is not None:
+            # A replica returns its gradients as per-replica values: None (a variable without
+            # a gradient) cannot be one, so only the present ones leave the replica (set while
+            # tracing, the same on every replica).
+            self._has_gradient = [g is not None for g in grads]
+            return loss, [g for g in grads if g is not None]
+        return loss, grads
+
+    def _replicated_part(self, batch):
+        """`_local_part` on every replica; the mean loss and the per-replica gradients, in variable order."""
+        loss, present = self._strategy.run(self._local_part, args=(batch,))
+        loss = self._strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+        grads, found = [], iter(present)
+        for has_gradient in self._has_gradient:
+            grads.append(next(found) if has_gradient else None)
+        return loss, grads
+
+    def _step(self, batch, summarize, statistics):
+        if self._strategy is None:
+            loss, grads = self._local_part(batch)
+        else:
+            loss, grads = self._replicated_part(batch)
         learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
-        grads, state = self._pipeline.update(
-            grads, self._state, self.variables_to_train,
+        grads, _ = self._pipeline.shared.update(
+            grads, self._state["accumulate"], self.variables_to_train,
             learning_rate=learning_rate, loss_is_finite=tf.math.is_finite(loss),
         )
-        stages = report(state)
+        stages = report(self._state)
         update = stages.pop("update", tf.constant(True))
         applied = tf.logical_and(update, stages.pop("apply", tf.constant(True)))
         tf.cond(applied, lambda: self._apply_update(grads), lambda: None)
@@ -304,7 +370,7 @@ class TrainOp(tf.Module):
     def _compiled_step(self, summarize, statistics):
         key = (summarize, statistics)
         if key not in self._compiled:
-            whole = self._jit_compile and self.backend.size == 1
+            whole = self._jit_compile and self.backend.size == 1 and self._strategy is None
             self._compiled[key] = tf.function(
                 lambda batch: self._step(batch, summarize, statistics), jit_compile=whole
             )
@@ -312,7 +378,7 @@ class TrainOp(tf.Module):
 
     @staticmethod
     def _check_iterator(iterator):
-        if not isinstance(iterator, tf.data.Iterator):
+        if not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
             # A Python iterator would be read once, while tracing: every step would see one batch.
             raise ValueError(
                 "`iterator` must be a tf.data iterator (`iter(dataset)`). "
@@ -386,6 +452,11 @@ class TrainOp(tf.Module):
 
     def __call__(self, batch, summarize=False, statistics=True):
         """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""
+        if self._strategy is not None:
+            raise ValueError(
+                "Under tf.distribute the train op reads its batches itself: call "
+                "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch"
+            )
         self.build(batch)
         return self._compiled_step(bool(summarize), bool(statistics))(batch)
 
@@ -463,7 +534,8 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         iter_size: micro-batches per update. Defaults to `1`.
         iter_size_mode: `"mean"` (OpenSeq2Seq) or `"sum"` (RETURNN's `accum_grad_multiple_step`)
             of the micro-batch gradients. Defaults to `"mean"`.
-        distributed: an `opt_train.distributed.Backend`; None: `get_backend(on_horovod)`.
+        distributed: an `opt_train.distributed.Backend`; None: the Horovod backend when
+            `on_horovod`, else a single process.
         freeze_variables_regex: variables whose path matches get no update and no slots.
         on_nonfinite: "skip" (count and go on) or "stop" (set `stop_reason`). Defaults to `"skip"`.
         max_consecutive_overflows: stop after this many non-finite updates in a row; None: never
@@ -503,11 +575,14 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     if distributed is None:
         from opt_train.distributed import get_backend
 
-        distributed = get_backend(on_horovod)
-    scaler = get_loss_scaler(loss_scaling, loss_scaling_params)
-    opt = make_optimizer(optimizer, optimizer_params, learning_rate_decay_fn)
-    if needs_master_weights(dtype):
-        opt = MixedPrecisionOptimizerWrapper(opt)
+        distributed = get_backend("horovod" if on_horovod else "none")
+    # Under tf.distribute a Keras optimizer keeps the strategy it was made under, and the
+    # scaler's variables become mirrored ones.
+    with distributed.scope():
+        scaler = get_loss_scaler(loss_scaling, loss_scaling_params)
+        opt = make_optimizer(optimizer, optimizer_params, learning_rate_decay_fn)
+        if needs_master_weights(dtype):
+            opt = MixedPrecisionOptimizerWrapper(opt)
     pipeline = build_pipeline(
         scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params,
         inserted=inserted, on_nonfinite=on_nonfinite, max_consecutive_overflows=max_consecutive_overflows,

@@ -28,6 +28,7 @@ class Run:
 
     @property
     def global_batch(self):
+        """Examples per update: replicas x `batch_size_per_gpu` x `iter_size`."""
         return self.config.batch_size_per_gpu * self.backend.size * self.config.iter_size
 
 
@@ -52,9 +53,10 @@ def build_run(config, backend, *, with_train_op=True):
         too_large = _memory_problem(config, data.task)
         if too_large:
             raise ConfigError([config.issue("model_params", too_large, "too_large")])
-        model = build_model(
-            config.model, dict(config.model_params), data.task, regularizer=_regularizer(config)
-        )
+        with backend.scope():  # tf.distribute: the weights become mirrored variables
+            model = build_model(
+                config.model, dict(config.model_params), data.task, regularizer=_regularizer(config)
+            )
     problem = fit_problem(model, data.task)
     if problem:
         raise ConfigError([config.issue("model", problem, "out_of_range")])
@@ -93,17 +95,20 @@ def run_length(config, data):
 
 
 def build_data_for(config, backend):
-    """The config's data, sharded for `backend`'s rank; a bad parameter is a located ConfigError."""
+    """This process's data: its worker's shard, in batches of its replicas' per-replica batches together.
+
+    A bad parameter is a located ConfigError.
+    """
     from opt_train.data import build_data
 
     with _config_key(config, "data_params"):
         return build_data(
             config.data,
             dict(config.data_params),
-            batch_size=config.batch_size_per_gpu,
+            batch_size=config.batch_size_per_gpu * backend.replicas_per_worker,
             seed=config.random_seed,
-            rank=backend.rank,
-            size=backend.size,
+            rank=backend.worker_index,
+            size=backend.num_workers,
             eval_batch_size=config.eval_batch_size,
         )
 

@@ -92,7 +92,7 @@ def _first_line(error):
 class Checkpoints:
     """The run's checkpoint directory (`<logdir>/checkpoints`)."""
 
-    def __init__(self, logdir, items, *, step, max_to_keep, writer=True, optional=None):
+    def __init__(self, logdir, items, *, step, max_to_keep, writer=True, optional=None, collective=False):
         self.directory = os.path.join(logdir, "checkpoints")
         self.checkpoint = tf.train.Checkpoint(**items)
         # {item: fill()}: items a checkpoint written before they existed may lack; such a
@@ -100,6 +100,9 @@ class Checkpoints:
         self._items = dict(items)
         self._optional = dict(optional or {})
         self.writer = writer
+        # Every process saves (its reads of replica-local variables are collectives); a
+        # non-writer's copy goes to a temporary folder, removed at once.
+        self.collective = collective
         self.step_counter = step
         self.max_to_keep = max_to_keep
         self.last_saved_step = None
@@ -215,7 +218,11 @@ class Checkpoints:
         A failed save (disk full, say) is a TrainingFailed naming the previous
         checkpoint, which stays intact; the save's temporary files are removed.
         """
-        if not self.writer or step == self.last_saved_step:
+        if step == self.last_saved_step:
+            return None
+        if not self.writer:
+            if self.collective:
+                self._save_and_discard(step)
             return None
         if self._manager is None:
             self._manager = tf.train.CheckpointManager(
@@ -232,6 +239,15 @@ class Checkpoints:
             raise TrainingFailed(f"could not save the checkpoint at step {step}: {_first_line(error)}; {kept}") from None
         self.last_saved_step = step
         return path
+
+    def _save_and_discard(self, step):
+        """A non-chief worker's part in a collective save: written beside the chief's, then deleted."""
+        folder = os.path.join(self.directory, f"worker-{os.getpid()}_temp")
+        try:
+            self.checkpoint.write(os.path.join(folder, "ckpt"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.last_saved_step = step
 
     def _remove_temporaries(self):
         """What a failed save leaves: `ckpt-N_temp/` folders and the state file's temporary."""

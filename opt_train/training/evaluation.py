@@ -54,7 +54,7 @@ def evaluate(config, checkpoint=None):
     # An unusable argument, or no checkpoint at all, is refused before anything is built.
     found = resolve_checkpoint(checkpoint, config.logdir)
     path = found if checkpoint is not None else None  # None: the newest that restores
-    run = build_run(config, get_backend(False), with_train_op=False)
+    run = build_run(config, get_backend(), with_train_op=False)
     if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
         raise TrainingFailed(f"{config.data} has no eval split to evaluate on")
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)

@@ -112,7 +112,7 @@ def restore_model(config, checkpoint=None):
     from opt_train.training.checkpoints import Checkpoints
 
     path = _checkpoint_path(config, checkpoint)
-    run = build_run(config, get_backend(False), with_train_op=False)
+    run = build_run(config, get_backend(), with_train_op=False)
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
     # assert_existing_objects_matched: a checkpoint of another architecture must not half-load silently.
     checkpoints.checkpoint.restore(path).expect_partial().assert_existing_objects_matched()

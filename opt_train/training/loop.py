@@ -43,7 +43,9 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
             config, save_checkpoint_steps=None, eval_steps=None, save_summaries_steps=None
         )
         resume = False
-    backend = backend or get_backend(config.use_horovod, rank_timeout=config.rank_timeout_secs)
+    backend = backend or get_backend(
+        _distributed(config), num_gpus=getattr(config, "num_gpus", None), rank_timeout=config.rank_timeout_secs
+    )
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
     with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
         run = build_run(config, backend)
@@ -51,7 +53,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
             session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
             if not evaluate:
                 session.evaluator = None
-            for note in [warning, *notes]:
+            for note in [warning, *backend.notes, *notes]:
                 if note:
                     session.progress.message(note)
             try:
@@ -70,6 +72,14 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
                 raise
             finally:
                 session.close()
+
+
+def _distributed(config):
+    """The backend the config asks for: `distributed` (tf, horovod, none), else `use_horovod`."""
+    chosen = getattr(config, "distributed", None)
+    if chosen:
+        return chosen
+    return "horovod" if config.use_horovod else "none"
 
 
 class Session:
@@ -112,6 +122,8 @@ class Session:
             step=run.train_op.global_step,
             max_to_keep=config.num_checkpoints,
             writer=self.chief,
+            # MultiWorkerMirroredStrategy: every worker takes part in a save, the chief's is kept.
+            collective=run.backend.collective_saves,
             # Checkpoints saved before the data position was one restore with the old counting's.
             optional={"micro_batches": run.train_op.fill_data_position},
         )
@@ -174,7 +186,9 @@ class Session:
         # for any number of ranks, without checkpointing an iterator per rank.
         # A streamed source (TFRecord) starts at the epoch the position falls in instead
         # of reading every batch before it.
-        self.iterator = iter(self.run.data.train_from(self._position))
+        self.iterator = iter(self.run.backend.distribute(
+            self.run.data.train_from(self._position), self.config.batch_size_per_gpu
+        ))
         if restored:
             self.progress.message(f"resumed from {restored} at step {self.step}")
         self.progress.message(

@@ -15,7 +15,7 @@ def train_two_updates(paths, logdir, overrides=()):
     overrides = [f"logdir={logdir}", "use_horovod=false", "num_gpus=null", "batch_size_per_gpu=8",
                  "save_summaries_steps=1", "print_loss_steps=1", *overrides]
     config = load_config(list(paths), overrides)
-    session = Session(build_run(config, get_backend(False)))
+    session = Session(build_run(config, get_backend()))
     try:
         session.start(resume=False)
         session.loop(until=2)

@@ -94,7 +94,7 @@ def test_training_logs_returnns_rate_on_each_update(returnn_config, tmp_path):
     from opt_train.training.loop import Session
 
     config = load_config(returnn_config, ["save_summaries_steps=1", "print_loss_steps=1"])
-    session = Session(build_run(config, get_backend(False)))
+    session = Session(build_run(config, get_backend()))
     try:
         session.start(resume=False)
         session.loop(until=5)

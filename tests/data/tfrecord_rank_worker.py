@@ -12,7 +12,7 @@ def main(params_path, outdir):
     from opt_train.data import build_data
     from opt_train.distributed import get_backend
 
-    backend = get_backend(True)
+    backend = get_backend("horovod")
     with open(params_path) as handle:
         params = json.load(handle)
     data = build_data("tfrecord", params, batch_size=4, seed=11, rank=backend.rank, size=backend.size)

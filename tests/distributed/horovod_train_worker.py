@@ -123,7 +123,7 @@ def save_run(outdir, name, rank, final, initial, values):
 def main(outdir, names):
     from opt_train.distributed import get_backend
 
-    backend = recording(get_backend(use_horovod=True))
+    backend = recording(get_backend("horovod"))
     for name in names:
         logdir = os.path.join(outdir, f"{name}_logdir")
         config_path = write_config(config_payload(name, True, logdir),

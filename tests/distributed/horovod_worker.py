@@ -56,7 +56,7 @@ def run_collectives(outdir):
     from opt_train.distributed import get_backend
     from opt_train.distributed.horovod import HorovodBackend
 
-    backend = get_backend(use_horovod=True)
+    backend = get_backend("horovod")
     rank = backend.rank
     _save(outdir, rank, "identity", size=backend.size, rank=rank, local_rank=backend.local_rank,
           is_chief=backend.is_chief)
@@ -139,7 +139,7 @@ def run_killed_rank(outdir):
 
     from opt_train.distributed import get_backend
 
-    backend = get_backend(use_horovod=True)
+    backend = get_backend("horovod")
     step = tf.function(lambda x: backend.allreduce([x])[0])
     for i in range(1000):
         step(tf.ones((4,)))

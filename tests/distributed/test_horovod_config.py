@@ -21,11 +21,11 @@ def no_horovod(monkeypatch):
 
 def test_backend_without_horovod_says_how_to_install(no_horovod):
     with pytest.raises(HorovodUnavailableError, match=INSTALL):
-        get_backend(use_horovod=True)
+        get_backend("horovod")
 
 
 def test_single_process_backend_needs_no_horovod(no_horovod):
-    backend = get_backend(use_horovod=False)
+    backend = get_backend()
     assert (backend.size, backend.rank, backend.is_chief) == (1, 0, True)
 
 

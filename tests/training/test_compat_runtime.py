@@ -20,20 +20,20 @@ def config_at(tmp_path, text, name="run", overrides=()):
 def test_openseq2seq_l2_regularizer_is_tf1s_half_sum_of_squares(tmp_path):
     """`tf.contrib.layers.l2_regularizer(scale)` = scale * tf.nn.l2_loss(w) (TF's L2Loss kernel: sum(w^2)/2)."""
     config = config_at(tmp_path, "regularizer: tf.contrib.layers.l2_regularizer\nregularizer_params: {scale: 0.01}\n")
-    model = build_run(config, get_backend(False), with_train_op=False).model
+    model = build_run(config, get_backend(), with_train_op=False).model
     kernels = [v for v in model.trainable_variables if v.path.endswith("kernel")]
     expected = sum(0.01 * tf.nn.l2_loss(kernel) for kernel in kernels)
     assert float(tf.add_n(model.losses)) == pytest.approx(float(expected), rel=1e-6)
     # opt-train's own `l2` is Keras' scale * sum(w^2): twice as much.
     plain = build_run(config_at(tmp_path, "regularizer: l2\nregularizer_params: {scale: 0.01}\n", "l2"),
-                      get_backend(False), with_train_op=False).model
+                      get_backend(), with_train_op=False).model
     same = [v for v in plain.trainable_variables if v.path.endswith("kernel")]
     assert float(tf.add_n(plain.losses)) == pytest.approx(float(sum(2 * 0.01 * tf.nn.l2_loss(k) for k in same)), rel=1e-6)
 
 
 def test_tf1_initializer_draws_every_kernel_from_the_keras_initializer(tmp_path):
     config = config_at(tmp_path, "initializer: tf.contrib.layers.xavier_initializer\nrandom_seed: 3\n")
-    model = build_run(config, get_backend(False), with_train_op=False).model
+    model = build_run(config, get_backend(), with_train_op=False).model
     reference = tf.keras.initializers.VarianceScaling(scale=1.0, mode="fan_avg", distribution="uniform", seed=3)
     kernels = [v for v in model.trainable_variables if v.path.endswith("kernel")]
     assert len(kernels) == 2
@@ -46,7 +46,7 @@ def test_tf1_initializer_draws_every_kernel_from_the_keras_initializer(tmp_path)
 def test_initializer_params_that_do_not_fit_name_the_key(tmp_path):
     config = config_at(tmp_path, "initializer: zeros\ninitializer_params: {stddev: 2.0}\n")
     with pytest.raises(ConfigError) as caught:
-        build_run(config, get_backend(False), with_train_op=False)
+        build_run(config, get_backend(), with_train_op=False)
     [issue] = caught.value.issues
     assert issue.key.startswith("initializer_params")
 
@@ -61,7 +61,7 @@ def test_load_model_warm_starts_from_another_runs_weights_only(tmp_path):
     # variables as the list `model_variables`, in model.variables order).
     reader = tf.train.load_checkpoint(str(tmp_path / "first" / "checkpoints"))
     config = config_at(tmp_path, f"load_model: {tmp_path / 'first'}\n", "second")
-    run = build_run(config, get_backend(False))
+    run = build_run(config, get_backend())
     session = Session(run)
     try:
         session.start(resume=True)

@@ -16,7 +16,7 @@ SCORES = [1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.89, 0.95, 0.96, 0.97, 0.98, 0.97, 
 
 def control(params, rate=0.1):
     schedule = ScaledSchedule(get_lr_policy("fixed", learning_rate=rate))
-    return LearningRateControl(lr_control("lr_control", params), schedule, get_backend(False))
+    return LearningRateControl(lr_control("lr_control", params), schedule, get_backend())
 
 
 @pytest.mark.parametrize("params", [
@@ -89,7 +89,7 @@ def test_a_resumed_run_continues_the_control_exactly(tmp_path):
             "lr_control: {mode: newbob, relative_error_threshold: -0.9}\n"  # decays at nearly every eval
             f"logdir: {logdir}\n"
         )
-        return Session(build_run(load_config([path]), get_backend(False)))
+        return Session(build_run(load_config([path]), get_backend()))
 
     def weights(s):
         return [v.numpy() for v in s.run.model.trainable_variables] + [s.run.schedule.scale.numpy()]

@@ -1,0 +1,253 @@
+"""The tf.distribute backend: `num_gpus` replicas in this process, and `TF_CONFIG` workers across machines.
+
+One machine, several devices: `MirroredStrategy` over `num_gpus` GPUs, or, on a
+machine with no GPU at all, over as many logical CPU devices (so a config runs
+with the same global batch on a laptop and in CI). Several machines: each
+process is a worker of `MultiWorkerMirroredStrategy`, its cluster read from
+`TF_CONFIG` or SLURM's environment (`opt_train.distributed.cluster`).
+
+How a step runs (see `TrainOp` in opt_train/optimizers/pipeline.py): the
+forward and backward pass and the stages before the accumulation (unscale) run
+on each replica (`strategy.run`); everything from the accumulation on runs once
+per process in cross-replica context, where `allreduce` turns the per-replica
+gradients into the global mean in one grouped reduction, once per update. The
+finite check, clipping, LARC and the optimizer then see the same reduced
+gradient on every worker, so all skip together; the optimizer's update runs
+through `strategy.extended.update` (Keras's own cross-replica path), never
+through a `merge_call` inside a traced condition (keras#17429).
+
+A mean over replicas of per-replica mean losses is the global batch's mean
+loss (the replicas' batches are equal, remainders dropped), and a regularizer,
+the same on every replica, counts once.
+"""
+
+from __future__ import annotations
+
+import os
+
+from opt_train.distributed.base import Backend
+from opt_train.errors import ParamError
+
+# What a collective raises when a peer died or stopped answering (error classes, not message text).
+_LOST_PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "CancelledError", "AbortedError")
+
+
+def _set_logical_cpus(count):
+    """Splits the CPU into `count` logical devices (possible only before TensorFlow starts its runtime)."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    if len(tf.config.get_logical_device_configuration(cpu) or ()) >= count:
+        return
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError:  # the runtime has started: whatever is there must do (checked by the caller)
+        pass
+
+
+def local_devices(num_gpus):
+    """(device names, note) for `num_gpus` replicas on this machine.
+
+    GPUs when the machine has any (fewer than asked is a ParamError at `num_gpus`);
+    on a machine with none, `num_gpus` logical CPU devices and a note that says so.
+    """
+    import tensorflow as tf
+
+    wanted = num_gpus or 1
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if len(gpus) < wanted:
+            found = ", ".join(gpu.name for gpu in gpus)
+            raise ParamError.at(
+                "num_gpus", "out_of_range",
+                f"asks for {wanted} GPUs but this machine has {len(gpus)} ({found})", wanted,
+            )
+        return [f"/gpu:{i}" for i in range(wanted)], None
+    if wanted > 1:
+        _set_logical_cpus(wanted)
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) < wanted:
+        raise ParamError.at(
+            "num_gpus", "out_of_range",
+            f"asks for {wanted} replicas; no GPU was found and TensorFlow's runtime had already started "
+            f"with {len(cpus)} CPU device(s), too late to split the CPU", wanted,
+        )
+    note = None
+    if wanted > 1:
+        note = f"num_gpus: {wanted}: no GPU found; {wanted} replicas run on {wanted} logical CPU devices"
+    return [cpu.name for cpu in cpus[:wanted]], note
+
+
+class StrategyBackend(Backend):
+    """Replicas of one process (`MirroredStrategy`) or workers of a cluster (`MultiWorkerMirroredStrategy`).
+
+    Args:
+        num_gpus: replicas in this process (one per GPU; logical CPU devices on a
+            machine without GPUs). Defaults to `None` (one).
+        rank_timeout: seconds a collective waits for a worker that stopped answering
+            before the job fails (`CommunicationOptions.timeout_seconds`); None: no bound.
+        cluster: an `opt_train.distributed.cluster.Cluster`, or None for this
+            process alone. Defaults to `None`.
+    """
+
+    def __init__(self, num_gpus=None, rank_timeout=None, cluster=None):
+        import tensorflow as tf
+
+        self.rank_timeout = rank_timeout
+        self.cluster = cluster
+        notes = []
+        if cluster is None or cluster.num_workers <= 1:
+            devices, note = local_devices(num_gpus)
+            notes.append(note)
+            self.strategy = tf.distribute.MirroredStrategy(
+                devices,
+                # On CPU devices (and mixed ones) NCCL is not there: reduce on one device.
+                cross_device_ops=None if devices[0].startswith("/gpu") else tf.distribute.ReductionToOneDevice(),
+            )
+            self._workers, self._worker = 1, 0
+        else:
+            os.environ["TF_CONFIG"] = _json(cluster.tf_config())
+            gpus = tf.config.list_physical_devices("GPU")
+            if gpus and num_gpus:
+                if len(gpus) < num_gpus:
+                    devices, _ = local_devices(num_gpus)  # raises, naming num_gpus and the GPUs found
+                tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
+            elif num_gpus and num_gpus > 1:
+                notes.append(f"num_gpus: {num_gpus}: no GPU found; each worker runs one replica on its CPU")
+            options = tf.distribute.experimental.CommunicationOptions(
+                timeout_seconds=rank_timeout,
+                implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
+            )
+            self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+            self._workers, self._worker = cluster.num_workers, cluster.task_index
+        self.notes = tuple(n for n in notes if n)
+        self.size = self.strategy.num_replicas_in_sync
+        self.rank = self._worker
+        self.local_rank = 0
+        self._local_replicas = len(self.strategy.extended.worker_devices)
+
+    @property
+    def is_chief(self):
+        return self._worker == 0
+
+    @property
+    def num_workers(self):
+        return self._workers
+
+    @property
+    def worker_index(self):
+        return self._worker
+
+    @property
+    def replicas_per_worker(self):
+        return self._local_replicas
+
+    @property
+    def collective_saves(self):
+        # Reading a replica-local variable (an accumulator) for a save is a collective.
+        return self._workers > 1
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def distribute(self, dataset, batch_size_per_replica):
+        """This worker's batches split between its replicas, in order: replica r takes the r-th slice.
+
+        opt-train has sharded the data per worker already, in batches of
+        `replicas_per_worker x batch_size_per_replica`; `tf.distribute` neither
+        shards nor rebatches it again (`experimental_distribute_dataset` would read
+        each batch as a global one and cut it by the replicas of every worker).
+        """
+        import tensorflow as tf
+
+        sliced = dataset.rebatch(batch_size_per_replica, drop_remainder=True)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        sliced = sliced.with_options(options)
+        return self.strategy.distribute_datasets_from_function(lambda context: sliced)
+
+    def allreduce(self, tensors, op="mean"):
+        """Reduces the replicas' gradients (dense or IndexedSlices) in one grouped call; `None` stays.
+
+        Called in cross-replica context with what `strategy.run` returned: per-replica
+        values, or plain tensors where a process has a single replica (then the
+        reduction runs across the workers alone).
+        """
+        import tensorflow as tf
+
+        reduce_op = _reduce_op(op)
+        tensors = list(tensors)
+        positions = [i for i, t in enumerate(tensors) if t is not None]
+        if not positions:
+            return tensors
+        here = self.strategy.extended.worker_devices[0]
+        reduced = self.strategy.extended.batch_reduce_to(
+            reduce_op,
+            [(tensors[i], tensors[i] if isinstance(tensors[i], tf.distribute.DistributedValues) else here)
+             for i in positions],
+        )
+        for i, value in zip(positions, reduced):
+            tensors[i] = _one_value(self.strategy, value)
+        return tensors
+
+    def all_finite(self, flag):
+        # Decided on the reduced gradient, identical on every replica and worker.
+        return flag
+
+    def broadcast_variables(self, variables, root_rank=0):
+        # Mirrored variables are kept equal by the strategy (MWMS broadcasts the chief's
+        # initial values when it creates them); a resume restores the same checkpoint everywhere.
+        return None
+
+    def allreduce_scalar(self, value, op="sum"):
+        """Reduces one Python number across workers, eagerly (a collective when there are several)."""
+        if self._workers <= 1:
+            return value
+        import tensorflow as tf
+
+        values = self.strategy.gather(
+            self.strategy.experimental_distribute_values_from_function(
+                lambda context: tf.constant([float(value)], tf.float64)
+            ),
+            axis=0,
+        ).numpy()[:: self._local_replicas]  # one entry per worker
+        result = {"sum": values.sum, "mean": values.mean, "min": values.min, "max": values.max}[op]()
+        return int(round(result)) if isinstance(value, int) and op != "mean" else float(result)
+
+    def barrier(self):
+        if self._workers > 1:
+            self.allreduce_scalar(0)
+
+    def lost_peer(self, error):
+        """One line when a collective failed because another worker died or did not answer, else None."""
+        if self._workers <= 1 or type(error).__name__ not in _LOST_PEER_ERRORS:
+            return None
+        bound = f"within {self.rank_timeout:g} s " if self.rank_timeout else ""
+        return (
+            f"worker {self._worker}: another worker failed or did not answer {bound}(rank_timeout_secs); "
+            "the job stopped"
+        )
+
+
+def _reduce_op(op):
+    import tensorflow as tf
+
+    ops = {"mean": tf.distribute.ReduceOp.MEAN, "sum": tf.distribute.ReduceOp.SUM}
+    if op not in ops:
+        raise ValueError(f"`op` must be one of {sorted(ops)}. Received: op={op!r}")
+    return ops[op]
+
+
+def _one_value(strategy, value):
+    """A reduced value as one tensor (or IndexedSlices): the copy on the current device."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.distribute.DistributedValues):
+        return strategy.experimental_local_results(value)[0]
+    return value
+
+
+def _json(data):
+    import json
+
+    return json.dumps(data)
