@@ -1,9 +1,12 @@
-"""Trains the Horovod end-to-end runs and saves each rank's final variables.
+"""Trains the distributed end-to-end runs and saves each process's final variables.
 
 Launched by tests/distributed/test_horovod_e2e.py as
-`horovodrun -np 2 -H localhost:2 --gloo python horovod_train_worker.py OUTDIR RUN...`;
-the same module gives the test the configs of the matching single-process runs.
-Only NumPy and YAML at module level: TensorFlow and opt_train.training load in `train_run`.
+`horovodrun -np 2 -H localhost:2 --gloo python horovod_train_worker.py OUTDIR RUN...`
+(BACKEND horovod, the default), and by tests/distributed/test_tf_distribute_e2e.py as
+`python horovod_train_worker.py --backend replicas OUTDIR RUN...` (2 replicas in one
+process) or twice with a TF_CONFIG each and `--backend workers`; the same module gives
+the tests the configs of the matching single-process runs. Only NumPy and YAML at module
+level: TensorFlow and opt_train.training load in `train_run`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,23 @@ _COMMON = {
     "random_seed": 7,
 }
 
-# name -> (the Horovod run on 2 ranks, the single-process run it must equal)
+_SPARSE = {
+    # Embedding gradients are tf.IndexedSlices; dropout 0 keeps the replicas' masks out of it.
+    "model": "transformer",
+    "model_params": {"d_model": 16, "num_heads": 2, "num_layers": 1, "ff_dim": 16, "dropout": 0.0},
+    "data": "reversal",
+    "data_params": {"num_examples": 2000},
+    "optimizer": "Adam",
+    "optimizer_params": {"learning_rate": 0.01},
+}
+
+_OVERFLOW = {
+    "model": {"factory": "tests.distributed.overflow_model:build"},
+    "loss_scaling": "Backoff",
+    "loss_scaling_params": {"scale_max": 2.0**10, "step_window": 1000},
+}
+
+# name -> (the run on 2 ranks / replicas / workers, the single-process run it must equal)
 RUNS = {
     # 2 ranks x 16 == 1 process x 32
     "plain": ({"batch_size_per_gpu": BATCH}, {"batch_size_per_gpu": 2 * BATCH}),
@@ -53,28 +72,37 @@ RUNS = {
     # The 5th update overflows on one rank only (rank 1 here, the only rank alone):
     # Backoff loss scaling must skip it on both, like the single process skips it.
     "overflow": (
-        {
-            "batch_size_per_gpu": BATCH,
-            "model": {"factory": "tests.distributed.overflow_model:build"},
-            "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 1},
-            "loss_scaling": "Backoff",
-            "loss_scaling_params": {"scale_max": 2.0**10, "step_window": 1000},
-        },
-        {
-            "batch_size_per_gpu": 2 * BATCH,
-            "model": {"factory": "tests.distributed.overflow_model:build"},
-            "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 0},
-            "loss_scaling": "Backoff",
-            "loss_scaling_params": {"scale_max": 2.0**10, "step_window": 1000},
-        },
+        {**_OVERFLOW, "batch_size_per_gpu": BATCH,
+         "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 1}},
+        {**_OVERFLOW, "batch_size_per_gpu": 2 * BATCH,
+         "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 0}},
     ),
+    # The same in mixed precision (float16 compute, float32 master weights).
+    "mixed": (
+        {**_OVERFLOW, "batch_size_per_gpu": BATCH, "dtype": "mixed",
+         "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 1}},
+        {**_OVERFLOW, "batch_size_per_gpu": 2 * BATCH, "dtype": "mixed",
+         "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 0}},
+    ),
+    # Sparse (embedding) gradients: 2 x 16 sequences vs 32.
+    "sparse": ({**_SPARSE, "batch_size_per_gpu": BATCH}, {**_SPARSE, "batch_size_per_gpu": 2 * BATCH}),
 }
+# The runs only tf.distribute's tests take (Horovod's suite keeps its own length).
+TF_ONLY = ("mixed", "sparse")
+HOROVOD_RUNS = tuple(name for name in RUNS if name not in TF_ONLY)
 
 
-def config_payload(name, horovod, logdir):
-    """The YAML mapping of run `name`, for Horovod or for the single-process reference."""
+def config_payload(name, backend, logdir):
+    """The YAML mapping of run `name` for `backend` (horovod, replicas, workers; None: the single-process reference)."""
     distributed, single = RUNS[name]
-    return {**_COMMON, **(distributed if horovod else single), "use_horovod": horovod, "logdir": str(logdir)}
+    payload = {**_COMMON, **(single if backend is None else distributed), "logdir": str(logdir)}
+    if backend == "horovod":
+        payload["use_horovod"] = True
+    elif backend in ("replicas", "workers"):
+        payload["distributed"] = "tf"
+    if backend == "replicas":
+        payload["num_gpus"] = 2
+    return payload
 
 
 def write_config(payload, path):
@@ -120,17 +148,25 @@ def save_run(outdir, name, rank, final, initial, values):
         json.dump(final, handle)
 
 
-def main(outdir, names):
+def main(outdir, names, backend_name="horovod"):
     from opt_train.distributed import get_backend
 
-    backend = recording(get_backend("horovod"))
+    if backend_name == "horovod":
+        backend = get_backend("horovod")
+    else:
+        backend = get_backend("tf", num_gpus=2 if backend_name == "replicas" else None, rank_timeout=120)
+    backend = recording(backend)
     for name in names:
         logdir = os.path.join(outdir, f"{name}_logdir")
-        config_path = write_config(config_payload(name, True, logdir),
+        config_path = write_config(config_payload(name, backend_name, logdir),
                                    os.path.join(outdir, f"{name}_rank{backend.rank}.yaml"))
         save_run(outdir, name, backend.rank, *train_run(config_path, backend))
     backend.shutdown()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    arguments = sys.argv[1:]
+    chosen = "horovod"
+    if arguments[0] == "--backend":
+        chosen, arguments = arguments[1], arguments[2:]
+    main(arguments[0], arguments[1:], chosen)

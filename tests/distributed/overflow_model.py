@@ -1,10 +1,10 @@
-"""A model factory for the Horovod tests: an MLP whose loss overflows once, on one rank.
+"""A model factory for the distributed tests: an MLP whose loss overflows once, on one replica.
 
 Used as `model: {factory: "tests.distributed.overflow_model:build"}`. The layer
 counts its training calls (one per micro-batch) and adds +inf to its output on the
-`overflow_at_call`-th call, but only in the process whose rank is `overflow_rank`
-(read from horovodrun's HOROVOD_RANK; a plain process is rank 0). The gradient of
-that micro-batch is then non-finite on that rank alone.
+`overflow_at_call`-th call, but only on the replica whose number is `overflow_rank`:
+Horovod's rank (HOROVOD_RANK) plus the tf.distribute replica's id in the job (a
+plain process is 0). The gradient of that micro-batch is then non-finite there alone.
 """
 
 from __future__ import annotations
@@ -21,15 +21,20 @@ class OverflowOnce(keras.layers.Layer):
     def __init__(self, at_call, on_rank, **kwargs):
         super().__init__(**kwargs)
         self.at_call = at_call
-        self.poisoned = int(os.environ.get("HOROVOD_RANK", "0")) == on_rank
-        self.calls = self.add_weight(shape=(), initializer="zeros", dtype="int64", trainable=False,
-                                     name="training_calls")
+        self.on_rank = on_rank
+        self.process_rank = int(os.environ.get("HOROVOD_RANK", "0"))
+        # Each replica counts its own calls (ON_READ: replica-local under a strategy).
+        self.calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="training_calls",
+                                 synchronization=tf.VariableSynchronization.ON_READ,
+                                 aggregation=tf.VariableAggregation.SUM)
 
     def call(self, inputs, training=False):
         if not training:
             return inputs
-        self.calls.assign_add(1)
-        overflow = tf.logical_and(tf.constant(self.poisoned), tf.equal(self.calls, self.at_call))
+        calls = self.calls.assign_add(1)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        here = tf.equal(tf.cast(replica, tf.int64) + self.process_rank, self.on_rank)
+        overflow = tf.logical_and(here, tf.equal(calls, self.at_call))
         return inputs + tf.where(overflow, tf.constant(float("inf"), inputs.dtype), tf.zeros((), inputs.dtype))
 
 
