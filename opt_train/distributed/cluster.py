@@ -151,7 +151,8 @@ def from_tf_config(text):
         raise ClusterError("TF_CONFIG", f"`task.type` {task_type!r} is not a job of `cluster` "
                            f"({', '.join(jobs)})", task_type)
     # TF reads the index with int(): "1" is 1.
-    if isinstance(index, bool) or not (isinstance(index, int) or (isinstance(index, str) and index.isdigit())):
+    if isinstance(index, bool) or not ((isinstance(index, int) and index >= 0)
+                                       or (isinstance(index, str) and index.isdigit())):
         raise ClusterError("TF_CONFIG", "`task.index` must be a whole number", index)
     index = int(index)
     if index >= len(jobs[task_type]):
