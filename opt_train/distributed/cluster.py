@@ -39,12 +39,16 @@ WORKER_JOBS = ("chief", "worker")
 
 
 class ClusterError(ParamError):
-    """The cluster environment is malformed: `key` names the variable (`TF_CONFIG`, `SLURM_STEP_NODELIST`)."""
+    """The cluster environment is malformed: `key` names the variable (`TF_CONFIG`, `SLURM_STEP_NODELIST`).
 
-    def __init__(self, variable, message, value=None):
+    `code`: `wrong_type` for what cannot be read, `out_of_range` for a task index past
+    the cluster, `conflict` for variables that disagree.
+    """
+
+    def __init__(self, variable, message, value=None, code="wrong_type"):
         shown = value if value is None or len(str(value)) <= 200 else str(value)[:200] + "..."
         text = f"{variable}: {message}" + (f". Received: {shown!r}" if value is not None else "")
-        super().__init__(None, "wrong_type", message, value, key=variable, text=text)
+        super().__init__(None, code, message, value, key=variable, text=text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +145,7 @@ def from_tf_config(text):
         for address in tasks:
             _check_address("TF_CONFIG", f"cluster.{job}", address)
     if len(jobs.get("chief", [])) > 1:
-        raise ClusterError("TF_CONFIG", "there must be at most one `chief`", jobs["chief"])
+        raise ClusterError("TF_CONFIG", "there must be at most one `chief`", jobs["chief"], code="conflict")
     task = config.get("task")
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
         raise ClusterError("TF_CONFIG", "`task` must say which worker this process is: "
@@ -157,7 +161,7 @@ def from_tf_config(text):
     index = int(index)
     if index >= len(jobs[task_type]):
         raise ClusterError("TF_CONFIG", f"`task.index` {index} is out of range: cluster.{task_type} "
-                           f"has {len(jobs[task_type])} task(s)", index)
+                           f"has {len(jobs[task_type])} task(s)", index, code="out_of_range")
     chiefs = list(jobs.get("chief", []))
     workers = tuple(chiefs + list(jobs.get("worker", [])))
     task_index = 0 if task_type == "chief" else index + len(chiefs)
@@ -193,13 +197,13 @@ def from_slurm(environ, port_base=SLURM_PORT_BASE):
     per_node = expand_tasks_per_node(environ.get(per_node_name, ""), per_node_name)
     if len(per_node) != len(hosts):
         raise ClusterError(per_node_name, f"gives {len(per_node)} host(s) but {nodelist_name} lists "
-                           f"{len(hosts)}", environ.get(per_node_name))
+                           f"{len(hosts)}", environ.get(per_node_name), code="conflict")
     counts = dict(zip(hosts, per_node))
     if sum(counts.values()) != tasks:
         raise ClusterError("SLURM_STEP_NUM_TASKS", f"is {tasks} but {per_node_name} places "
-                           f"{sum(counts.values())} task(s)", tasks)
+                           f"{sum(counts.values())} task(s)", tasks, code="conflict")
     if not 0 <= rank < tasks:
-        raise ClusterError("SLURM_PROCID", f"must be in [0, {tasks})", rank)
+        raise ClusterError("SLURM_PROCID", f"must be in [0, {tasks})", rank, code="out_of_range")
     workers = tuple(f"{host}:{port_base + offset}" for host, count in sorted(counts.items())
                     for offset in range(count))
     return Cluster(workers, rank, "SLURM", "worker", rank)

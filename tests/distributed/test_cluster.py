@@ -60,28 +60,33 @@ def test_the_rpc_layer_is_kept():
     assert from_tf_config(tf_config(TWO_WORKERS, rpc_layer="grpc")).tf_config()["rpc_layer"] == "grpc"
 
 
+OUT_OF_RANGE = "out_of_range"
+CONFLICT = "conflict"
+
+
 @pytest.mark.parametrize("text, words", [
     ("{not json", "is not JSON"),
     ('["worker"]', "must be a JSON object"),
     ('{"cluster": ["a:1"]}', "`cluster` must map job names"),
     (tf_config({"worker": ["a:1"], "ps": ["b:1"]}), "'ps' job"),
     (tf_config({"worker": ["a:1"], "evaluator": ["b:1"]}), "'evaluator' job"),
-    (tf_config({"chief": ["a:1", "b:1"]}, "chief"), "at most one `chief`"),
+    (tf_config({"chief": ["a:1", "b:1"]}, "chief"), ("at most one `chief`", CONFLICT)),
     (tf_config({"worker": []}), "non-empty list"),
     (tf_config({"worker": ["a"]}), "'a' is not host:port"),
     (tf_config({"worker": ["a:http"]}), "is not host:port"),
     (tf_config({"worker": [7]}), "not a host:port string"),
     ('{"cluster": {"worker": ["a:1"]}}', "`task` must say which worker"),
     (tf_config(TWO_WORKERS, "chief"), "'chief' is not a job of `cluster`"),
-    (tf_config(TWO_WORKERS, index=2), "`task.index` 2 is out of range: cluster.worker has 2"),
+    (tf_config(TWO_WORKERS, index=2), ("`task.index` 2 is out of range: cluster.worker has 2", OUT_OF_RANGE)),
     (tf_config(TWO_WORKERS, index=-1), "`task.index` must be a whole number"),
     (tf_config(TWO_WORKERS, index=True), "`task.index` must be a whole number"),
 ])
 def test_a_malformed_tf_config_is_one_line_naming_it(text, words):
+    words, code = words if isinstance(words, tuple) else (words, "wrong_type")
     with pytest.raises(ClusterError) as caught:
         cluster_from_environment({"TF_CONFIG": text})
     error = caught.value
-    assert isinstance(error, ParamError) and (error.key, error.code) == ("TF_CONFIG", "wrong_type")
+    assert isinstance(error, ParamError) and (error.key, error.code) == ("TF_CONFIG", code)
     assert str(error).startswith("TF_CONFIG: ") and words in str(error)
     assert "\n" not in str(error)
 
@@ -145,17 +150,18 @@ def test_the_job_variables_stand_in_for_missing_step_ones():
     assert cluster_from_environment(environ).workers == ("n1:8888", "n2:8888")
 
 
-@pytest.mark.parametrize("environ, key", [
-    (slurm_env(4, 4, "n[1-2]", "2(x2)"), "SLURM_PROCID"),
-    (slurm_env("x", 4, "n[1-2]", "2(x2)"), "SLURM_PROCID"),
-    (slurm_env(0, 5, "n[1-2]", "2(x2)"), "SLURM_STEP_NUM_TASKS"),
-    (slurm_env(0, 4, "n[1-2]", "2,1,1"), "SLURM_STEP_TASKS_PER_NODE"),
-    (slurm_env(0, 4, "n[1-2", "2(x2)"), "SLURM_STEP_NODELIST"),
+@pytest.mark.parametrize("environ, key, code", [
+    (slurm_env(4, 4, "n[1-2]", "2(x2)"), "SLURM_PROCID", OUT_OF_RANGE),
+    (slurm_env("x", 4, "n[1-2]", "2(x2)"), "SLURM_PROCID", "wrong_type"),
+    (slurm_env(0, 5, "n[1-2]", "2(x2)"), "SLURM_STEP_NUM_TASKS", CONFLICT),
+    (slurm_env(0, 4, "n[1-2]", "2,1,1"), "SLURM_STEP_TASKS_PER_NODE", CONFLICT),
+    (slurm_env(0, 4, "n[1-2", "2(x2)"), "SLURM_STEP_NODELIST", "wrong_type"),
 ])
-def test_a_bad_srun_environment_names_the_variable(environ, key):
+def test_a_bad_srun_environment_names_the_variable(environ, key, code):
     with pytest.raises(ClusterError) as caught:
         cluster_from_environment(environ)
-    assert caught.value.key == key and str(caught.value).startswith(f"{key}: ")
+    assert (caught.value.key, caught.value.code) == (key, code)
+    assert str(caught.value).startswith(f"{key}: ")
 
 
 # -- the launcher's clusters ------------------------------------------------------------------------
