@@ -39,9 +39,9 @@ def train_argv(logdir, *extra):
 # -- checks made once, before any rank starts ------------------------------------------
 
 
-@pytest.mark.skipif(importlib.util.find_spec("horovod") is not None, reason="Horovod is installed")
-def test_np_with_horovod_not_installed_is_refused_naming_the_key_before_any_rank(cli, tmp_path):
+def test_np_with_horovod_not_installed_is_refused_naming_the_key_before_any_rank(cli, tmp_path, monkeypatch):
     # Without use_horovod, --np starts tf.distribute workers (tests/distributed/test_tf_launcher.py).
+    monkeypatch.setitem(sys.modules, "horovod", None)  # as on a machine without Horovod
     result = cli("train", "--np", 2, "--config", CONFIGS / "horovod.yaml", "--set", f"logdir={tmp_path / 'run'}")
     assert result.exit_code == 2
     assert "use_horovod" in result.output and "install_horovod.sh" in result.output

@@ -9,6 +9,7 @@ worker it starts (the tf.distribute backend itself is tested with the training t
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -194,6 +195,17 @@ def test_np_with_distributed_tf_adds_nothing_to_the_command(tmp_path):
     job, config = run_np(tmp_path, config_text="distributed: tf\nnum_gpus: 2\n")
     assert job.returncode == 0, job.stdout + job.stderr
     assert records(tmp_path, 2)[1]["argv"][1:] == ["-m", "opt_train", "train", "--config", str(config)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod is not installed")
+@pytest.mark.parametrize("config_text", ["distributed: horovod\n", "use_horovod: true\n"])
+def test_np_with_distributed_horovod_starts_horovod_ranks(tmp_path, config_text):
+    job, config = run_np(tmp_path, config_text=config_text)
+    assert job.returncode == 0, job.stdout + job.stderr
+    seen = records(tmp_path, 2)
+    assert [(record["horovod_rank"], record["horovod_size"]) for record in seen] == [(0, 2), (1, 2)]
+    assert all("tf_config" not in record for record in seen)
+    assert seen[1]["argv"][1:] == ["-m", "opt_train", "train", "--config", str(config)]
 
 
 def test_np_names_the_failed_worker_in_its_last_line(tmp_path):

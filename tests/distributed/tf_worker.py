@@ -4,6 +4,10 @@ Run by the launcher as `python tf_worker.py OUTDIR PLAN` (PLAN: JSON, worker ind
 action), or in place of `python -m opt_train train` through `launched/sitecustomize.py`.
 No TensorFlow: what is tested is the launcher's supervision of real processes.
 
+Started as a Horovod rank instead (HOROVOD_RANK, no TF_CONFIG), it records the rank
+and acts the same, `meet` being a plain exit 0: the launcher tests use it to see which
+backend `--np` picked.
+
 It writes OUTDIR/worker<index>.json (pid, argv, TF_CONFIG) once started, then:
 - `meet` (default): listens on its own TF_CONFIG port and connects to every other
   worker's, so the ports the launcher picked are free here and reach the others;
@@ -70,9 +74,16 @@ def meet(workers, index):
 
 
 def main(outdir, plan):
-    config = check_tf_config()
-    index = config["task"]["index"]
-    record = {"pid": os.getpid(), "argv": sys.argv, "tf_config": config}
+    if "TF_CONFIG" not in os.environ and "HOROVOD_RANK" in os.environ:
+        assert os.environ.get("OPT_TRAIN_LAUNCHED") == "1"
+        config = None
+        index = int(os.environ["HOROVOD_RANK"])
+        record = {"pid": os.getpid(), "argv": sys.argv, "horovod_rank": index,
+                  "horovod_size": int(os.environ["HOROVOD_SIZE"])}
+    else:
+        config = check_tf_config()
+        index = config["task"]["index"]
+        record = {"pid": os.getpid(), "argv": sys.argv, "tf_config": config}
     action = plan.get(str(index), "meet")
     seen = []
     if action == "count_signals":
@@ -83,7 +94,8 @@ def main(outdir, plan):
         json.dump(record, handle)
     os.replace(path + ".tmp", path)
     if action == "meet":
-        meet(config["cluster"]["worker"], index)
+        if config is not None:
+            meet(config["cluster"]["worker"], index)
         print(f"worker {index} met the others", flush=True)
         sys.exit(0)
     if action == "fail":
