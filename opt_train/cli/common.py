@@ -10,6 +10,8 @@ import click
 
 from opt_train.config import ConfigError, load_config
 from opt_train.distributed.base import HorovodUnavailableError
+from opt_train.distributed.cluster import ClusterError
+from opt_train.distributed.launcher import LAUNCHED_VARIABLE
 from opt_train.training.errors import Interrupted, RunRefused, TrainingFailed
 
 
@@ -63,21 +65,33 @@ def load(configs, overrides):
 
     with user_errors():
         config = load_config(list(configs), list(overrides))
-    for note in config.notes:
-        click.echo(f"note: {note}", err=True)
+    if not os.environ.get(LAUNCHED_VARIABLE):  # a worker of `--np N`: the launcher showed them
+        for note in config.notes:
+            click.echo(f"note: {note}", err=True)
     usercode.add_search_path(config.code_folders())
     return config
 
 
-def check_num_gpus(config, world_size=None):
-    """OpenSeq2Seq's `num_gpus` against the processes this run has: exit 2 naming the fix."""
-    from opt_train.config.compat import launcher_issues
-    from opt_train.training.logdir import launched_ranks
+def check_distribution(config, ranks=None):
+    """What train would refuse about how the job is started (`--np`, horovodrun, TF_CONFIG, SLURM): exit 2.
 
-    launched = launched_ranks()
-    issues = launcher_issues(config, world_size or launched, launched > 1)
-    if issues:
-        raise ConfigUsageError(str(ConfigError(issues)))
+    `ranks`: the `--np N` given; returns a warning line or None (TF-free: `validate` calls it too).
+    """
+    from opt_train.training.logdir import check_launch
+
+    with user_errors():
+        return check_launch(config, ranks=ranks)
+
+
+def launch_config(config, ranks):
+    """The config as `--np N` workers run it: `distributed: none` becomes tf (`names.launch_backend`)."""
+    import dataclasses
+
+    from opt_train.distributed.names import launch_backend
+
+    if not ranks or config.distributed != "none":
+        return config
+    return dataclasses.replace(config, distributed=launch_backend(config.distributed))
 
 
 @contextlib.contextmanager
@@ -88,6 +102,8 @@ def user_errors():
     except ConfigError as error:
         if error.details:
             click.echo(error.details.rstrip("\n"), err=True)
+        raise ConfigUsageError(str(error)) from None
+    except ClusterError as error:
         raise ConfigUsageError(str(error)) from None
     except HorovodUnavailableError as error:
         raise ConfigUsageError(f"use_horovod: {error}") from None

@@ -28,7 +28,8 @@ from opt_train.cli.common import TrainingFailedError, config_options, load, user
 @click.option("--parallel", "-p", type=click.IntRange(min=1), default=1, show_default=True,
               help="Trials this worker runs at once; the CPU cores are shared between them.")
 @click.option("--np", "np_", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Run every trial as N Horovod ranks (`opt-train train --np N`).")
+              help="Run every trial as N workers (`opt-train train --np N`: tf.distribute, or Horovod "
+              "with distributed: horovod).")
 @click.option("--metric", help="Metric that ranks the trials (default: sweep.metric, else eval/loss).")
 @click.option("--mode", type=click.Choice(["min", "max"]), help="Whether smaller or larger --metric is better.")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")

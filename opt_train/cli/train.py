@@ -3,7 +3,7 @@
 import click
 
 from opt_train.cli.common import (
-    ConfigUsageError, check_num_gpus, config_options, import_tensorflow, load, user_errors,
+    ConfigUsageError, check_distribution, config_options, import_tensorflow, launch_config, load, user_errors,
 )
 
 
@@ -31,13 +31,14 @@ from opt_train.cli.common import (
     "num_proc",
     type=click.IntRange(min=1),
     default=None,
-    help="Run as N Horovod ranks (needs use_horovod: true), like `horovodrun -np N --gloo opt-train train`.",
+    help="Run as N workers: tf.distribute workers (one TF_CONFIG each), or Horovod ranks with "
+    "distributed: horovod (like `horovodrun -np N --gloo opt-train train`).",
 )
 @click.option(
     "--hosts",
     default=None,
     metavar="HOST:SLOTS,...",
-    help="With --np: where the ranks run (default localhost:N); other hosts by password-less ssh.",
+    help="With --np: where the workers run (default localhost:N); other hosts by password-less ssh.",
 )
 def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts):
     """Train the model a config describes; continues the run in logdir if it is the same run."""
@@ -46,13 +47,16 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
     if hosts and not num_proc:
         raise ConfigUsageError("--hosts needs --np N")
     config = load(configs, overrides)
-    check_num_gpus(config, world_size=num_proc)
     if num_proc:
         flags = {"--resume": resume_changed, "--no-resume": no_resume, "--benchmark": benchmark}
         _launch(config, configs, overrides, [flag for flag, given in flags.items() if given], num_proc, hosts)
         return
     with user_errors():
         # Inside: Ctrl-C during the (slow) TensorFlow import exits 130 like any other.
+        # Before the slow import: a job started wrongly (TF_CONFIG, horovodrun) is refused at once.
+        from opt_train.training.logdir import check_launch
+
+        check_launch(config)
         import_tensorflow()
         from opt_train.training import train as run_training
 
@@ -60,25 +64,38 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
 
 
 def _launch(config, configs, overrides, flags, num_proc, hosts):
-    """`--np N`: the config checked here once, then N ranks of this same command (without --np)."""
+    """`--np N`: the config checked here once, then N workers of this same command (without --np).
+
+    The backend is the config's `distributed`; with none, tf workers, told so by
+    `--set distributed=tf` on their command line.
+    """
     import os
     import sys
 
+    from opt_train.distributed.cluster import cluster_from_environment
     from opt_train.distributed.launcher import launch
-    from opt_train.training.logdir import check_launch
+    from opt_train.distributed.names import launch_backend
 
     if os.environ.get("HOROVOD_RANK"):
         raise ConfigUsageError("--np inside a Horovod rank: give either --np or horovodrun, not both")
+    with user_errors():
+        cluster = cluster_from_environment()
+    if cluster is not None and cluster.num_workers > 1:
+        raise ConfigUsageError(f"--np inside a worker of a {cluster.num_workers}-worker job ({cluster.source}): "
+                               "give either --np or a cluster launcher, not both")
     if hosts:
         _check_hosts(hosts, num_proc)
-    with user_errors():
-        check_launch(config, ranks=num_proc)
+    workers = launch_config(config, num_proc)
+    check_distribution(workers, ranks=num_proc)
     command = [sys.executable, "-m", "opt_train", "train", *flags]
     for path in configs:
         command += ["--config", path]
     for text in overrides:
         command += ["--set", text]
-    code, message = launch(command, num_proc, hosts=hosts, rank_timeout=config.rank_timeout_secs)
+    if workers.distributed != config.distributed:
+        command += ["--set", f"distributed={workers.distributed}"]
+    code, message = launch(command, num_proc, hosts=hosts, rank_timeout=config.rank_timeout_secs,
+                           backend=launch_backend(workers.distributed))
     if message:
         click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(code)
@@ -93,4 +110,4 @@ def _check_hosts(hosts, num_proc):
             raise ConfigUsageError(f"--hosts: {item!r} is not HOST:SLOTS (e.g. server1:4,server2:4)")
         slots += int(count)
     if slots < num_proc:
-        raise ConfigUsageError(f"--hosts: {slots} slots for --np {num_proc} ranks; give at least {num_proc}")
+        raise ConfigUsageError(f"--hosts: {slots} slots for --np {num_proc} workers; give at least {num_proc}")

@@ -3,7 +3,7 @@
 import click
 import yaml
 
-from opt_train.cli.common import check_num_gpus, config_options, load
+from opt_train.cli.common import check_distribution, config_options, launch_config, load
 from opt_train.config import derived
 
 
@@ -14,15 +14,17 @@ from opt_train.config import derived
     "world_size",
     type=click.IntRange(min=1),
     default=None,
-    help="Processes the job will run on (default: horovodrun's, else 1).",
+    help="Workers `opt-train train --np N` would start (default: the TF_CONFIG / SLURM / horovodrun job's, else 1).",
 )
 def validate(configs, overrides, world_size):
     """Check a config and print the effective config and derived figures."""
     config = load(configs, overrides)
-    check_num_gpus(config, world_size)
-    from opt_train.training.logdir import launched_ranks
+    warning = check_distribution(config, world_size)
+    if warning:
+        click.echo(warning, err=True)
+    from opt_train.training.logdir import launched_workers
 
-    figures = derived(config, world_size=world_size or launched_ranks())
+    figures = derived(launch_config(config, world_size), world_size=world_size or launched_workers(config))
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
     click.echo("# derived")
     click.echo(yaml.safe_dump(figures, sort_keys=False).rstrip())

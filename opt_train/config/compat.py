@@ -352,25 +352,20 @@ def format_params(params):
     return ", ".join(f"{key}={value!r}" for key, value in params.items())
 
 
-def launcher_issues(config, world_size, use_horovod_launcher):
-    """`num_gpus` against the processes this run has: one line naming the fix when they differ.
+def distribution_notes(data, config):
+    """One note when `num_gpus` is written but Horovod runs the job: OpenSeq2Seq ignores it there too.
 
-    OpenSeq2Seq ignores `num_gpus` under Horovod, and its Horovod configs write 1
-    there ("one GPU per process"); that is accepted. Any other number must be the
-    Horovod size; without Horovod, more than one GPU is `horovodrun -np N`.
+    `data` is the merged raw config (what was written), `config` the validated one,
+    where `num_gpus` is already None under Horovod. `num_gpus: 1` is OpenSeq2Seq's own
+    "one GPU per rank" and changes nothing: no note.
     """
-    wanted = getattr(config, "num_gpus", None)
-    if wanted is None or wanted == world_size:
+    written = data.get("num_gpus") if isinstance(data, dict) else None
+    if config.distributed != "horovod" or written in (None, 1):
         return []
-    if config.use_horovod and wanted == 1:
-        return []
-    if config.use_horovod or use_horovod_launcher:
-        message = (f"asks for {wanted} GPUs but this run has {world_size} Horovod processes; "
-                   f"launch it with `horovodrun -np {wanted} opt-train train ...` or set num_gpus: {world_size}")
-    else:
-        message = (f"asks for {wanted} GPUs: opt-train runs one GPU per process, so set use_horovod: true "
-                   f"and launch `horovodrun -np {wanted} opt-train train ...` (or set num_gpus: 1)")
-    return [config.issue("num_gpus", message, "conflict", wanted)]
+    file, line = config.locate("num_gpus")
+    where = f"{file}:{line}: " if file and line else ""
+    return [f"{where}num_gpus: {written!r} is ignored under Horovod, as in OpenSeq2Seq: one GPU per rank, "
+            "as many ranks as --np N (or horovodrun -np N) starts"]
 
 
 # `lr_control`: the eval-driven learning-rate controls (opt_train/training/controls.py), with

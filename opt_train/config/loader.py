@@ -39,13 +39,26 @@ def load_config(paths, overrides=()):
     issues = layered.issues + compat_issues + issues
     if issues:
         raise ConfigError(issues)
+    notes += compat.distribution_notes(layered.data, config)
     return dataclasses.replace(config, notes=tuple(notes))
 
 
+def replicas_per_worker(config):
+    """Model replicas in each process: `num_gpus` under the tf backend, else 1 (Horovod: one per rank)."""
+    return config.num_gpus if config.distributed == "tf" and config.num_gpus else 1
+
+
 def derived(config, world_size=1):
-    """Figures `opt-train validate` prints beside the config; `steps_per_epoch` needs the data."""
+    """Figures `opt-train validate` prints beside the config; `steps_per_epoch` needs the data.
+
+    `world_size`: processes (workers, ranks). The global batch is workers x replicas per
+    worker x `batch_size_per_gpu` x `iter_size`.
+    """
+    replicas = replicas_per_worker(config)
     return {
+        "distributed": config.distributed,
         "world_size": world_size,
-        "global_batch": config.batch_size_per_gpu * world_size * config.iter_size,
+        "replicas_per_worker": replicas,
+        "global_batch": config.batch_size_per_gpu * world_size * replicas * config.iter_size,
         "steps_per_epoch": None,
     }

@@ -70,7 +70,10 @@ class TrainConfig:
     iter_size: int = 1
     iter_size_mode: str = "mean"  # or "sum" (RETURNN's accum_grad_multiple_step)
     use_horovod: bool = False
-    # Under Horovod: seconds before a stopped, dead or unreachable rank ends the job.
+    # Past one process: none, tf (tf.distribute: num_gpus replicas, TF_CONFIG / SLURM workers) or horovod.
+    # Resolved by validate.distribution: use_horovod: true is horovod, num_gpus > 1 alone is tf.
+    distributed: str = "none"
+    # Seconds before a stopped, dead or unreachable rank ends the job.
     rank_timeout_secs: float = 60.0
     max_grad_norm: float | None = None
     larc_params: LarcParams | None = None
@@ -92,6 +95,7 @@ class TrainConfig:
     python_path: tuple = ()
     sweep: dict | None = None
     # OpenSeq2Seq keys with their OpenSeq2Seq meaning (opt_train/config/compat.py, README).
+    # Replicas in each process (tf.distribute); None under Horovod, which ignores it (a note says so).
     num_gpus: int | None = None
     print_samples_steps: int | None = None
     bench_start: int | None = None

@@ -14,6 +14,7 @@ from opt_train.config import compat, rules
 from opt_train.config.issues import OVERRIDE_FILE, ConfigIssue, RuleError, RuleErrors, as_param_error
 from opt_train.config.registries import registry
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, join_key, locate
+from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
 from opt_train.params import ParamErrors
 
@@ -47,6 +48,7 @@ FIELD_RULES = {
     "iter_size": names.ITER_SIZE,
     "iter_size_mode": names.ITER_SIZE_MODE,
     "use_horovod": p.boolean,
+    "distributed": p.one_of(*distributed_names.BACKENDS, kind="distributed backend"),
     "rank_timeout_secs": rules.positive_float,
     "max_grad_norm": names.MAX_GRAD_NORM,
     "larc_params": p.optional(rules.larc_params),
@@ -166,6 +168,13 @@ def model_fits_data(values):
     registry("model").check_task(values["model"], kind)
 
 
+def distribution(values):
+    """`distributed` resolved with `use_horovod` and `num_gpus` (opt_train.distributed.names.resolve)."""
+    distributed, use_horovod, num_gpus = distributed_names.resolve(
+        values["distributed"], values["use_horovod"], values["num_gpus"])
+    return {"distributed": distributed, "use_horovod": use_horovod, "num_gpus": num_gpus}
+
+
 # (fields it reads, key an issue is reported at, rule). A rule may return
 # {field: new value} to store a resolved value.
 CROSS_RULES = (
@@ -179,6 +188,7 @@ CROSS_RULES = (
     (("model", "model_params"), "model_params", model_params),
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
+    (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
 )
 
 

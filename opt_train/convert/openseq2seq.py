@@ -23,7 +23,7 @@ WHY = {
     "loss_params": "the task's loss comes with `data`",
     "data_layer": "choose `data` (digits, reversal, npz, csv, ...)",
     "data_layer_params": "`data_params` of the chosen `data`",
-    "gpu_ids": "one GPU per process: use num_gpus and horovodrun -np N",
+    "gpu_ids": "which GPUs is TensorFlow's choice: num_gpus replicas (tf.distribute), or one GPU per rank under Horovod",
     "print_bench_info_steps": "opt-train prints samples/s with every loss line",
 }
 

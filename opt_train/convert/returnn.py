@@ -44,7 +44,7 @@ NOT_CARRIED = {
     "learning_rate_control": "this control has no opt-train equivalent",
     "learning_rate_file": "the learning rate is part of the checkpoint",
     "pretrain": "no layer-wise pretraining",
-    "device": "the device is TensorFlow's choice; several GPUs are horovodrun -np N",
+    "device": "the device is TensorFlow's choice; several GPUs are num_gpus: N (replicas) or opt-train train --np N",
 }
 # Keys about RETURNN itself (logging, its backend, the task to run): nothing to carry.
 NEWBOB_MODES = {"newbob": "newbob", "newbob_rel": "newbob", "newbob_relative": "newbob",

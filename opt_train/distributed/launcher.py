@@ -1,28 +1,39 @@
-"""`opt-train train --np N`: starts N Horovod ranks of one command, watches them, and reports the first that fails.
+"""`opt-train train --np N`: starts N workers of one command (Horovod ranks or tf.distribute workers), watches them, and reports the first that fails.
 
 Why not `horovod.run(func)`: it pickles a function into `horovod.runner.run_task`, so
 a rank's own exit code (130/143 after an interrupt, 2 for a bad config) is lost, and
 like `horovodrun` it names the first rank to *exit* — the healthy one, when another
-hangs — and ends with a traceback. Here the ranks are our own child processes,
-started with the environment `horovodrun --gloo` would give them (the Gloo
-rendezvous comes from Horovod: `opt_train.distributed.horovod.Rendezvous`), so this
-module knows their pids, their exit statuses and whether one is stopped.
+hangs — and ends with a traceback. Here the workers are our own child processes, so
+this module knows their pids, their exit statuses and whether one is stopped.
+
+One supervision path for both backends; what differs is each worker's environment,
+made by a *plan* (`plan.ranks`: `(host, is_local, environment)` per worker;
+`plan.remote_argv(host, shell_command)`; `plan.stop()`):
+- `horovod`: the environment `horovodrun --gloo` gives each rank, around a Gloo
+  rendezvous server (`opt_train.distributed.horovod.Rendezvous`);
+- `tf`: a `TF_CONFIG` per worker (`TFConfigPlan`): a free port for each local worker,
+  port 8888 + its index on the host for a remote one (SlurmClusterResolver's rule; a
+  remote host's free ports cannot be probed from here), worker 0 the chief.
+Every worker also gets `OPT_TRAIN_LAUNCHED=1`: the launcher printed the config's notes
+once already.
 
 The job's outcome, in order of blame:
-- a local rank stopped (SIGSTOP, state T) for `rank_timeout` seconds is the failed
-  rank, even if the others ended first on Gloo's timeout while it hung;
-- else a rank killed by a signal it did not handle (SIGKILL, a crash);
-- else the first rank seen to exit non-zero.
-Interrupts are not failures: a signal to the launcher is passed once to every rank
-(each stops at the same update, rank 0 checkpoints) and the launcher exits with the
-ranks' 130/143. TF-free: imports Horovod's runner only, inside `launch`.
+- a local worker stopped (SIGSTOP, state T) for `rank_timeout` seconds is the failed
+  one, even if the others ended first on their collective timeout while it hung;
+- else a worker killed by a signal it did not handle (SIGKILL, a crash);
+- else the first worker seen to exit non-zero.
+Interrupts are not failures: a signal to the launcher is passed once to every worker
+(each stops at the same update, worker 0 checkpoints) and the launcher exits with the
+workers' 130/143. TF-free: imports Horovod's runner only for `horovod`, inside `run`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,9 +46,14 @@ GRACE_SECONDS = 5.0
 # Ranks that end with these stopped on purpose, all at the same update (an interrupt, or
 # 3: a sweep's pruner stopped the trial): not failures, passed on as they are.
 INTERRUPT_CODES = (3, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+# What a worker is called in the launcher's lines, per backend.
+NOUNS = {"horovod": "rank", "tf": "worker"}
+# Set in every worker's environment: the launcher has shown the config's notes.
+LAUNCHED_VARIABLE = "OPT_TRAIN_LAUNCHED"
+SSH_OPTIONS = ("-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no")
 
 
-class _Rank:
+class _Worker:
     def __init__(self, number, process, local):
         self.number = number
         self.process = process
@@ -105,15 +121,104 @@ def exit_code(code):
     return 1
 
 
-class Launcher:
-    """Runs `command` as `num_proc` ranks on `hosts` (`host:slots,...`; default `localhost:N`).
+def parse_hosts(hosts):
+    """`host:slots,...` as `[(host, slots)]` (the CLI has checked the syntax)."""
+    pairs = []
+    for item in hosts.split(","):
+        name, _, count = item.rpartition(":")
+        pairs.append((name, int(count)))
+    return pairs
 
-    `run()` returns `(exit code, message)`: the message is the one line naming the
-    failed rank, or None. `out` / `err` receive the ranks' output: rank 0's as it is,
-    the others' prefixed with `[rank N]`.
+
+def is_local(host):
+    """Whether `host` names this machine: a loopback name, or an address a socket here can bind."""
+    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return False  # unknown here: ssh will say so in the worker's last line
+    if address.startswith("127."):
+        return True
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count, everywhere=False):
+    """`count` distinct TCP ports free on this machine now (held together while picked, so distinct)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            handle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            handle.bind(("" if everywhere else "127.0.0.1", 0))
+            sockets.append(handle)
+        return [handle.getsockname()[1] for handle in sockets]
+    finally:
+        for handle in sockets:
+            handle.close()
+
+
+class TFConfigPlan:
+    """The `TF_CONFIG` of each of `num_proc` tf.distribute workers on `hosts` (`host:slots,...`).
+
+    Slots are filled host by host, in the order given (as Horovod assigns ranks). With
+    remote hosts, local workers are addressed by this machine's host name, which the
+    others can reach; all local, by `localhost`.
     """
 
-    def __init__(self, command, num_proc, hosts=None, rank_timeout=60.0, out=None, err=None, env=None):
+    def __init__(self, hosts, num_proc):
+        from opt_train.distributed.cluster import SLURM_PORT_BASE, launch_clusters
+
+        placed = []
+        for host, slots in parse_hosts(hosts):
+            placed += [host] * min(slots, num_proc - len(placed))
+        local = {host: is_local(host) for host in set(placed)}
+        spread = not all(local.values())
+        ports = iter(free_ports(sum(local[host] for host in placed), everywhere=spread))
+        addresses, on_host = [], {}
+        for host in placed:
+            index = on_host[host] = on_host.get(host, -1) + 1
+            if local[host]:
+                name = socket.gethostname() if spread and _loopback(host) else host
+                addresses.append(f"{name}:{next(ports)}")
+            else:
+                addresses.append(f"{host}:{SLURM_PORT_BASE + index}")
+        self.clusters = launch_clusters(addresses)
+        self.ranks = [(host, local[host], {"TF_CONFIG": json.dumps(cluster.tf_config())})
+                      for host, cluster in zip(placed, self.clusters)]
+
+    @staticmethod
+    def remote_argv(host, shell_command):
+        """ssh to `host` without a password prompt (as horovodrun does), running `shell_command`."""
+        return ["ssh", *SSH_OPTIONS, host, shell_command]
+
+    def stop(self):
+        pass
+
+
+def _loopback(host):
+    return host == "localhost" or host.startswith("127.")
+
+
+class Launcher:
+    """Runs `command` as `num_proc` workers on `hosts` (`host:slots,...`; default `localhost:N`).
+
+    `backend`: `horovod` (Horovod ranks) or `tf` (tf.distribute workers, one
+    `TF_CONFIG` each). `run()` returns `(exit code, message)`: the message is the one
+    line naming the failed worker, or None. `out` / `err` receive the workers' output:
+    worker 0's as it is, the others' prefixed with `[rank N]` / `[worker N]`.
+    """
+
+    def __init__(self, command, num_proc, hosts=None, rank_timeout=60.0, out=None, err=None, env=None,
+                 backend="horovod"):
+        if backend not in NOUNS:
+            raise ValueError(f"`backend` must be one of {sorted(NOUNS)}. Received: backend={backend!r}")
+        self.backend = backend
+        self.noun = NOUNS[backend]
         self.command = list(command)
         self.num_proc = num_proc
         self.hosts = hosts or f"localhost:{num_proc}"
@@ -126,21 +231,22 @@ class Launcher:
         self._lock = threading.Lock()
 
     # -- starting -------------------------------------------------------------
-    def _spawn(self, number, host, local, rank_env, rendezvous):
+    def _spawn(self, number, host, local, rank_env, plan):
+        rank_env = {**rank_env, LAUNCHED_VARIABLE: "1"}
         env = {**self.env, **rank_env, "PYTHONUNBUFFERED": "1"}
         if local:
             argv = self.command
         else:
             exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**rank_env, "PYTHONUNBUFFERED": "1"}.items())
             remote = f"cd {shlex.quote(os.getcwd())} > /dev/null 2>&1 ; env {exports} {shlex.join(self.command)}"
-            argv = rendezvous.remote_argv(host, remote)
+            argv = plan.remote_argv(host, remote)
         # A session of its own: a Ctrl-C in the terminal reaches the launcher alone, which
         # passes it on once (twice would mean "stop now, without a checkpoint").
         process = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, preexec_fn=_end_with_launcher,
         )
-        rank = _Rank(number, process, local)
+        rank = _Worker(number, process, local)
         for stream, sink in ((process.stdout, self.out), (process.stderr, self.err)):
             pump = threading.Thread(target=self._pump, args=(rank, stream, sink, stream is process.stderr),
                                     daemon=True)
@@ -149,7 +255,7 @@ class Launcher:
         return rank
 
     def _pump(self, rank, stream, sink, is_err):
-        prefix = "" if rank.number == 0 else f"[rank {rank.number}] "
+        prefix = "" if rank.number == 0 else f"[{self.noun} {rank.number}] "
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             if is_err and line.strip():
@@ -162,17 +268,22 @@ class Launcher:
         stream.close()
 
     # -- running ----------------------------------------------------------------
-    def run(self):
-        from opt_train.distributed.horovod import Rendezvous
+    def _plan(self):
+        if self.backend == "horovod":
+            from opt_train.distributed.horovod import Rendezvous
 
+            return Rendezvous(self.hosts, self.num_proc)
+        return TFConfigPlan(self.hosts, self.num_proc)
+
+    def run(self):
         previous = {number: signal.signal(number, self._record) for number in (signal.SIGINT, signal.SIGTERM)}
-        rendezvous = None
+        plan = None
         try:
-            rendezvous = Rendezvous(self.hosts, self.num_proc)
-            if self._signal:  # it came before any rank started
+            plan = self._plan()
+            if self._signal:  # it came before any worker started
                 return 128 + self._signal, None
-            self.ranks = [self._spawn(i, host, local, env, rendezvous)
-                          for i, (host, local, env) in enumerate(rendezvous.ranks)]
+            self.ranks = [self._spawn(i, host, local, env, plan)
+                          for i, (host, local, env) in enumerate(plan.ranks)]
             if self._signal:  # it came while the ranks were being started
                 self._send_all(self._signal)
             return self._watch()
@@ -180,8 +291,8 @@ class Launcher:
             for number, handler in previous.items():
                 signal.signal(number, handler)
             self._kill_all(signal.SIGKILL)
-            if rendezvous is not None:
-                rendezvous.stop()
+            if plan is not None:
+                plan.stop()
 
     def _record(self, number, frame):
         del frame
@@ -271,7 +382,7 @@ class Launcher:
         hung = [rank for rank in self.ranks if rank.hung]
         if hung:
             rank = hung[0]
-            return 1, (f"rank {rank.number} hung: stopped, not answering the other ranks "
+            return 1, (f"{self.noun} {rank.number} hung: stopped, not answering the other {self.noun}s "
                        f"(rank_timeout_secs: {self.rank_timeout:g} s); the job was ended")
         if self._signal and all(code in (*INTERRUPT_CODES, 0, -self._signal) for code in codes):
             return 128 + self._signal, None
@@ -285,9 +396,9 @@ class Launcher:
             return 2, None  # every rank said why already (a config the ranks refused)
         said = culprit.last_error or culprit.last_line
         detail = f": {said}" if said and culprit.code >= 0 else ""
-        return code, f"rank {culprit.number} failed ({exit_description(culprit.code)}){detail}"
+        return code, f"{self.noun} {culprit.number} failed ({exit_description(culprit.code)}){detail}"
 
 
-def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None):
-    """Runs `command` as `num_proc` Horovod ranks; returns (exit code, one-line message or None)."""
-    return Launcher(command, num_proc, hosts=hosts, rank_timeout=rank_timeout, env=env).run()
+def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None, backend="horovod"):
+    """Runs `command` as `num_proc` workers of `backend` (horovod, tf); returns (exit code, one-line message or None)."""
+    return Launcher(command, num_proc, hosts=hosts, rank_timeout=rank_timeout, env=env, backend=backend).run()

@@ -87,9 +87,9 @@ OPTIMIZERS = Registry("optimizer", OPTIMIZER_NAMES)
 REPLACED = {
     "syncreplicas": (
         "`SyncReplicas` is not an optimizer in opt-train: synchronous data-parallel "
-        "training is done by Horovod. Set `use_horovod: true` in the config, launch with "
-        "`horovodrun -np N opt-train train --config x.yaml`, and name the inner optimizer "
-        "in `optimizer`."
+        "training is a backend. Set `num_gpus: N` (replicas in one process) or launch "
+        "`opt-train train --np N --config x.yaml` (workers; `distributed: tf`, or "
+        "`distributed: horovod`), and name the inner optimizer in `optimizer`."
     ),
 }
 

@@ -79,7 +79,8 @@ class SweepPlan:
     """What a sweep needs to run: the checked spec, the base configs and overrides, DIR, the queue.
 
     `base_digest` names the base config (the "generation" of the study's trials);
-    `np` > 1 runs every trial as `opt-train train --np NP` (Horovod ranks on this host).
+    `np` > 1 runs every trial as `opt-train train --np NP` (NP workers on this host, of the
+    backend the config's `distributed` names: tf unless it says horovod).
     """
 
     spec: object
@@ -106,7 +107,6 @@ class SweepPlan:
             # opt-train's own launcher: a stopped trial's ranks checkpoint and it exits 143, a
             # failed one names its rank in one line, a hung rank ends after rank_timeout_secs.
             argv += ["--np", str(self.np)]
-            overrides = [*overrides[:-1], "use_horovod=true", overrides[-1]]
         for path in self.configs:
             argv += ["--config", path]
         for text in overrides:

@@ -96,6 +96,7 @@ RANGE_VALUES = {
     "eval_steps": ["-2"],
     "jit_compile": ["'yes'"],
     "use_horovod": ["'yes'"],
+    "distributed": ["mirrored", "5", "[tf]", "null"],
     "freeze_variables_regex": ["'('"],
     "python_path": ["5", "['']"],
 }
@@ -118,6 +119,7 @@ RANGE_CASES = [
     case("data_unknown", OK + "data: foo\n", expect="data"),
     case("eval_fraction_two", OK + "data_params: {eval_fraction: 2}\n", expect="data_params.eval_fraction"),
     case("steps_and_epochs", "max_steps: 2\nnum_epochs: 1\n", expect="[conflict]"),
+    case("horovod_and_tf", OK + "use_horovod: true\ndistributed: tf\n", expect="distributed"),
     case("neither_steps_nor_epochs", "logdir: x\n", expect="[missing]"),
 ]
 

@@ -4,8 +4,7 @@ import sys
 
 import pytest
 
-from opt_train.config import ConfigError, TrainConfig, load_config
-from opt_train.config.compat import launcher_issues
+from opt_train.config import ConfigError, load_config
 
 
 def write(tmp_path, text, name="run.yaml"):
@@ -136,31 +135,6 @@ def test_unknown_keys_suggest_what_other_tools_call_them(tmp_path, typed, sugges
 def test_nearest_spelling_still_suggested_without_a_synonym(tmp_path):
     [issue] = issues_of(write(tmp_path, "max_steps: 10\nlogdri: x\n"))
     assert "did you mean 'logdir'?" in issue.message
-
-
-@pytest.mark.parametrize("num_gpus, horovod, size, launched, fix", [
-    (8, False, 1, False, "horovodrun -np 8"),
-    (8, True, 1, False, "horovodrun -np 8"),
-    (4, True, 2, True, "horovodrun -np 4"),
-])
-def test_num_gpus_must_be_the_process_count(num_gpus, horovod, size, launched, fix):
-    [issue] = launcher_issues(TrainConfig(num_gpus=num_gpus, use_horovod=horovod), size, launched)
-    assert (issue.key, issue.code, issue.value) == ("num_gpus", "conflict", num_gpus)
-    assert fix in issue.message
-
-
-@pytest.mark.parametrize("num_gpus, horovod, size", [(None, False, 1), (1, False, 1), (2, True, 2), (1, True, 4)])
-def test_num_gpus_that_fits(num_gpus, horovod, size):
-    # num_gpus: 1 under Horovod is OpenSeq2Seq's own "one GPU per process".
-    assert launcher_issues(TrainConfig(num_gpus=num_gpus, use_horovod=horovod), size, horovod) == []
-
-
-def test_validate_names_the_horovodrun_to_use(tmp_path, cli):
-    result = cli("validate", "--config", write(tmp_path, "max_steps: 10\nnum_gpus: 4\n"))
-    assert result.exit_code == 2
-    assert "num_gpus" in result.output and "horovodrun -np 4" in result.output
-    assert "Traceback" not in result.output
-    assert cli("validate", "--config", write(tmp_path, "max_steps: 10\nnum_gpus: 4\n", "b.yaml"), "--np", "4").exit_code == 0
 
 
 def test_the_compat_pass_imports_no_tensorflow(tmp_path):

@@ -17,7 +17,7 @@ SPEC_DEFAULTS = {
     "batch_size_per_gpu": 32, "eval_batch_size": None, "num_epochs": None,
     "optimizer": "Adam", "optimizer_params": {}, "lr_policy": "fixed", "lr_policy_params": {},
     "warmup": None, "dtype": "float32", "loss_scaling": 1.0, "loss_scaling_params": {},
-    "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False,
+    "on_nonfinite": "skip", "max_consecutive_overflows": 20, "iter_size": 1, "use_horovod": False, "distributed": "none",
     "rank_timeout_secs": 60.0,
     "max_grad_norm": None, "larc_params": None, "regularizer": None, "regularizer_params": {},
     "gradient_transforms": [], "iter_size_mode": "mean", "count_skipped_updates": False,

@@ -39,11 +39,12 @@ def train_argv(logdir, *extra):
 # -- checks made once, before any rank starts ------------------------------------------
 
 
-def test_np_without_use_horovod_is_refused_naming_the_key_before_any_rank(cli, tmp_path):
-    result = cli("train", "--np", 2, "--config", CONFIGS / "horovod.yaml",
-                 "--set", "use_horovod=false", "--set", f"logdir={tmp_path / 'run'}")
+def test_np_with_horovod_not_installed_is_refused_naming_the_key_before_any_rank(cli, tmp_path, monkeypatch):
+    # Without use_horovod, --np starts tf.distribute workers (tests/distributed/test_tf_launcher.py).
+    monkeypatch.setitem(sys.modules, "horovod", None)  # as on a machine without Horovod
+    result = cli("train", "--np", 2, "--config", CONFIGS / "horovod.yaml", "--set", f"logdir={tmp_path / 'run'}")
     assert result.exit_code == 2
-    assert "use_horovod" in result.output and "--np 2" in result.output
+    assert "use_horovod" in result.output and "install_horovod.sh" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "run").exists()
 
