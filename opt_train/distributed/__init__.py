@@ -6,10 +6,8 @@ imports no TensorFlow.
 """
 
 from opt_train.distributed.base import Backend, HorovodUnavailableError
+from opt_train.distributed.names import BACKENDS
 from opt_train.distributed.single import SingleProcess
-
-# The values of the config's `distributed` key.
-BACKENDS = ("none", "tf", "horovod")
 
 
 def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None):

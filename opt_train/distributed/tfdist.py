@@ -104,7 +104,7 @@ class StrategyBackend(Backend):
                 # On CPU devices (and mixed ones) NCCL is not there: reduce on one device.
                 cross_device_ops=None if devices[0].startswith("/gpu") else tf.distribute.ReductionToOneDevice(),
             )
-            self._workers, self._worker = 1, 0
+            self._workers, self._worker, self._chief = 1, 0, True
         else:
             os.environ["TF_CONFIG"] = _json(cluster.tf_config())
             gpus = tf.config.list_physical_devices("GPU")
@@ -119,7 +119,7 @@ class StrategyBackend(Backend):
                 implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
             )
             self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-            self._workers, self._worker = cluster.num_workers, cluster.task_index
+            self._workers, self._worker, self._chief = cluster.num_workers, cluster.task_index, cluster.is_chief
         self.notes = tuple(n for n in notes if n)
         self.size = self.strategy.num_replicas_in_sync
         self.rank = self._worker
@@ -128,7 +128,7 @@ class StrategyBackend(Backend):
 
     @property
     def is_chief(self):
-        return self._worker == 0
+        return self._chief
 
     @property
     def num_workers(self):

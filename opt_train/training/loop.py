@@ -44,7 +44,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
         )
         resume = False
     backend = backend or get_backend(
-        _distributed(config), num_gpus=getattr(config, "num_gpus", None), rank_timeout=config.rank_timeout_secs
+        config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs
     )
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
     with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
@@ -72,14 +72,6 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
                 raise
             finally:
                 session.close()
-
-
-def _distributed(config):
-    """The backend the config asks for: `distributed` (tf, horovod, none), else `use_horovod`."""
-    chosen = getattr(config, "distributed", None)
-    if chosen:
-        return chosen
-    return "horovod" if config.use_horovod else "none"
 
 
 class Session:

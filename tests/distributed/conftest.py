@@ -1,0 +1,148 @@
+"""Fixtures shared by the distributed end-to-end tests: each backend's runs of `worker.RUNS`, and the single-process reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.distributed import horovod_train_worker as worker
+from tests.support import REPO, read_json
+
+WORKER = Path(worker.__file__).resolve()
+JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
+LAUNCH_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+HOROVOD_INSTALLED = importlib.util.find_spec("horovod") is not None
+
+
+def horovodrun_argv(*command):
+    """`horovodrun -np 2 -H localhost:2 --gloo COMMAND...` as an argument list."""
+    launcher = shutil.which("horovodrun")
+    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
+    return [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command]
+
+
+def horovodrun(*command):
+    """`horovodrun -np 2 -H localhost:2 --gloo COMMAND...` as a finished subprocess."""
+    return subprocess.run(
+        horovodrun_argv(*command), cwd=REPO, env=LAUNCH_ENV, capture_output=True, text=True,
+        timeout=JOB_TIMEOUT_SECONDS,
+    )
+
+
+def free_ports(count):
+    """`count` distinct free TCP ports on localhost (held open together while chosen)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("localhost", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(ports, index):
+    """The TF_CONFIG of worker `index` of a job of localhost workers on `ports`."""
+    workers = [f"localhost:{port}" for port in ports]
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def run_tf_workers(command, count=2, timeout=JOB_TIMEOUT_SECONDS):
+    """`command` started `count` times by hand, each with its own TF_CONFIG; returns the finished jobs."""
+    ports = free_ports(count)
+    jobs = [
+        subprocess.Popen(command, cwd=REPO, env={**LAUNCH_ENV, "TF_CONFIG": tf_config(ports, i)},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(count)
+    ]
+    try:
+        outputs = [job.communicate(timeout=timeout)[0] for job in jobs]
+    finally:
+        for job in jobs:
+            job.kill()
+    return [(job.returncode, output) for job, output in zip(jobs, outputs)]
+
+
+class Runs:
+    """The finished runs of one launch: `load(name, rank)` -> (final metrics, final values), `outdir`."""
+
+    def __init__(self, outdir):
+        self.outdir = outdir
+
+    @staticmethod
+    def _arrays(path):
+        saved = np.load(path)
+        return [saved[key] for key in saved.files]  # arr_0, arr_1, ... in order
+
+    def __call__(self, name, rank, initial=False):
+        if initial:
+            return self._arrays(self.outdir / f"{name}_rank{rank}_initial.npz")
+        return read_json(self.outdir / f"{name}_rank{rank}.json"), self._arrays(self.outdir / f"{name}_rank{rank}.npz")
+
+
+@pytest.fixture(scope="session")
+def horovod_runs(tmp_path_factory):
+    """Every Horovod run of `worker.RUNS` on 2 ranks, in one launch."""
+    if not HOROVOD_INSTALLED:
+        pytest.skip("Horovod is not installed (bash scripts/install_horovod.sh)")
+    outdir = tmp_path_factory.mktemp("horovod_e2e")
+    job = horovodrun(sys.executable, str(WORKER), str(outdir), *worker.HOROVOD_RUNS)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-5000:]
+    return Runs(outdir)
+
+
+@pytest.fixture(scope="session")
+def replicas_runs(tmp_path_factory):
+    """Every run of `worker.RUNS` as 2 tf.distribute replicas (logical CPU devices) in one fresh process."""
+    outdir = tmp_path_factory.mktemp("replicas_e2e")
+    job = subprocess.run(
+        [sys.executable, str(WORKER), "--backend", "replicas", str(outdir), *worker.RUNS],
+        cwd=REPO, env=LAUNCH_ENV, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS,
+    )
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-5000:]
+    return Runs(outdir)
+
+
+@pytest.fixture(scope="session")
+def workers_runs(tmp_path_factory):
+    """Every run of `worker.RUNS` on 2 MultiWorkerMirroredStrategy workers started by hand, a TF_CONFIG each."""
+    outdir = tmp_path_factory.mktemp("workers_e2e")
+    for code, output in run_tf_workers([sys.executable, str(WORKER), "--backend", "workers", str(outdir),
+                                        *worker.RUNS]):
+        assert code == 0, output[-5000:]
+    return Runs(outdir)
+
+
+@pytest.fixture(scope="session")
+def single_runs(tmp_path_factory):
+    """The single-process reference of each run, trained in this process on first use."""
+    from opt_train.distributed import SingleProcess
+
+    outdir = tmp_path_factory.mktemp("single_e2e")
+    done = {}
+
+    def run(name):
+        if name not in done:
+            config = worker.write_config(
+                worker.config_payload(name, None, outdir / f"{name}_logdir"), outdir / f"{name}.yaml"
+            )
+            done[name] = worker.train_run(config, worker.recording(SingleProcess()))
+        return done[name]
+
+    run.outdir = outdir
+    return run
+
+
+@pytest.fixture
+def distributed_runs(request):
+    """The runs of the backend named by the test's `backend` parameter."""
+    return request.getfixturevalue(f"{request.param}_runs")

@@ -1,0 +1,98 @@
+"""Every backend past one process equals one process on the doubled batch: Horovod ranks, tf.distribute replicas and workers.
+
+2 Horovod ranks x 16, 2 replicas in one process x 16 (logical CPU devices) and 2
+MultiWorkerMirroredStrategy workers x 16 (started by hand, a TF_CONFIG each) against
+1 process x 32: the same final weights and optimizer state, the same reported losses,
+the same skipped updates (plain float32 and mixed precision), also with iter_size and
+with sparse (embedding) gradients. Compared through the checkpoints the chief wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.distributed import horovod_train_worker as worker
+from tests.support import read_jsonl
+
+pytestmark = pytest.mark.slow
+
+TOLERANCE = 1e-5  # weights after 24 updates
+LOSS_TOLERANCE = 1e-4  # reported losses
+# What a checkpoint must agree on between runs; the pipeline's own state (e.g. the
+# accumulators that only an iter_size run has) may differ in layout.
+COMPARED = ("model_variables/", "optimizer/", "global_step/")
+BACKENDS = ("horovod", "replicas", "workers")
+
+
+def runs_of(backend):
+    return worker.HOROVOD_RUNS if backend == "horovod" else tuple(worker.RUNS)
+
+
+def cases(names=None):
+    """(backend, run) pairs, each backend with the runs it trains."""
+    return [
+        pytest.param(backend, name, id=f"{backend}-{name}")
+        for backend in BACKENDS for name in runs_of(backend) if names is None or name in names
+    ]
+
+
+def checkpoint_values(logdir):
+    """{key: value} of the latest checkpoint in logdir, for the keys starting with COMPARED."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(Path(logdir) / "checkpoints"))
+    keys = [k for k in reader.get_variable_to_shape_map() if k.startswith(COMPARED)]
+    return {k: reader.get_tensor(k) for k in keys}
+
+
+def reported_losses(logdir):
+    return {r["step"]: r["loss"] for r in read_jsonl(Path(logdir) / "metrics.jsonl") if "loss" in r}
+
+
+@pytest.mark.parametrize(("distributed_runs", "name"), cases(), indirect=["distributed_runs"])
+def test_final_weights_and_optimizer_state_equal_one_process_on_the_doubled_batch(distributed_runs, single_runs, name):
+    single_runs(name)
+    distributed = checkpoint_values(distributed_runs.outdir / f"{name}_logdir")
+    single = checkpoint_values(single_runs.outdir / f"{name}_logdir")
+    assert sorted(distributed) == sorted(single)
+    assert sum(k.startswith("model_variables/") for k in single) >= 4
+    for key, value in single.items():
+        np.testing.assert_allclose(distributed[key], value, rtol=0, atol=TOLERANCE, err_msg=key)
+
+
+@pytest.mark.parametrize(("distributed_runs", "name"), cases(("plain", "iter_size", "sparse")),
+                         indirect=["distributed_runs"])
+def test_reported_train_loss_is_the_global_batchs(distributed_runs, single_runs, name):
+    # Not one replica's half-batch loss: metrics.jsonl equals that of 1 process x 32.
+    single_runs(name)
+    distributed = reported_losses(distributed_runs.outdir / f"{name}_logdir")
+    single = reported_losses(single_runs.outdir / f"{name}_logdir")
+    assert sorted(distributed) == sorted(single) == list(range(4, worker.STEPS + 1, 4))
+    for step, loss in single.items():
+        assert distributed[step] == pytest.approx(loss, rel=0, abs=LOSS_TOLERANCE), step
+
+
+@pytest.mark.parametrize(("distributed_runs", "name"), cases(("overflow", "mixed")), indirect=["distributed_runs"])
+def test_an_overflow_on_one_replica_skips_the_update_everywhere(distributed_runs, single_runs, name):
+    for rank in (0, 1):
+        if not (distributed_runs.outdir / f"{name}_rank{rank}.json").exists():
+            continue  # replicas in one process: one record
+        final, _ = distributed_runs(name, rank)
+        assert final["skipped_steps"] == 1, f"rank {rank}"
+        assert final["global_step"] == worker.STEPS, f"rank {rank}"
+    assert single_runs(name)[0]["skipped_steps"] == 1
+    # Backoff halved its scale once, on the chief's records (the only ones written).
+    records = read_jsonl(distributed_runs.outdir / f"{name}_logdir" / "metrics.jsonl")
+    scales = [r["loss_scale"] for r in records if "loss_scale" in r]
+    assert scales and scales[-1] == 2.0**9
+
+
+@pytest.mark.parametrize(("distributed_runs", "name"), cases(), indirect=["distributed_runs"])
+def test_the_updates_moved_the_weights(distributed_runs, name):
+    # Guards the comparisons above against runs that changed nothing.
+    _, final = distributed_runs(name, 0)
+    initial = distributed_runs(name, 0, initial=True)
+    assert max(np.max(np.abs(f.astype(float) - i.astype(float))) for f, i in zip(final, initial)) > 1e-3
