@@ -20,6 +20,9 @@ from tests.support import read_jsonl
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-5  # weights after 24 updates
+# float16 sums a batch of 16 and one of 32 in different orders: a float16 rounding step
+# (~1e-3 relative) on gradients, up to a few 1e-4 on weights and slots after 24 updates.
+MIXED_TOLERANCE = 1e-3
 LOSS_TOLERANCE = 1e-4  # reported losses
 # What a checkpoint must agree on between runs; the pipeline's own state (e.g. the
 # accumulators that only an iter_size run has) may differ in layout.
@@ -60,7 +63,8 @@ def test_final_weights_and_optimizer_state_equal_one_process_on_the_doubled_batc
     assert sorted(distributed) == sorted(single)
     assert sum(k.startswith("model_variables/") for k in single) >= 4
     for key, value in single.items():
-        np.testing.assert_allclose(distributed[key], value, rtol=0, atol=TOLERANCE, err_msg=key)
+        atol = MIXED_TOLERANCE if name == "mixed" else TOLERANCE
+        np.testing.assert_allclose(distributed[key], value, rtol=0, atol=atol, err_msg=key)
 
 
 @pytest.mark.parametrize(("distributed_runs", "name"), cases(("plain", "iter_size", "sparse")),
