@@ -132,7 +132,7 @@ def parse_hosts(hosts):
 
 def is_local(host):
     """Whether `host` names this machine: a loopback name, or an address a socket here can bind."""
-    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+    if host in ("localhost", socket.gethostname()):
         return True
     try:
         address = socket.gethostbyname(host)

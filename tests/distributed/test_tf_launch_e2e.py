@@ -1,0 +1,165 @@
+"""`opt-train train --np 2` end to end on the tf.distribute backend: real training workers, one TF_CONFIG each.
+
+2 workers equal one process on the doubled batch; a SIGKILLed or SIGSTOPped worker ends
+the job naming it; SIGTERM to the launcher stops every worker at one update with a
+checkpoint there. Skipped until the tf backend (`opt_train/distributed/tfdist.py`) is in
+this checkout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, read_json, read_jsonl
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("opt_train.distributed.tfdist") is None,
+                       reason="the tf.distribute backend is not in this checkout"),
+]
+
+JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
+RANK_TIMEOUT = 5
+LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")
+ENV = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES},
+       "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+RUN = """\
+model: mlp
+model_params: {hidden_units: [8]}
+data: digits
+batch_size_per_gpu: 16
+optimizer: Adam
+optimizer_params: {learning_rate: 0.01}
+max_steps: 20
+print_loss_steps: 5
+save_summaries_steps: 5
+eval_steps: null
+"""
+
+
+def config_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(RUN)
+    return path
+
+
+def opt_train(*args):
+    return [sys.executable, "-m", "opt_train", *map(str, args)]
+
+
+def run(argv):
+    job = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS)
+    return job, job.stdout + job.stderr
+
+
+def losses(logdir):
+    return {record["step"]: record["loss"] for record in read_jsonl(Path(logdir) / "metrics.jsonl") if "loss" in record}
+
+
+def model_weights(logdir):
+    """The model's weights and the optimizer's state in the newest checkpoint, by checkpoint key."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(Path(logdir) / "checkpoints"))
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+            if key.startswith(("model_variables/", "optimizer/", "global_step/"))}
+
+
+def test_two_workers_equal_one_process_on_the_doubled_batch(tmp_path):
+    import numpy as np
+
+    config = config_file(tmp_path)
+    job, output = run(opt_train("train", "--np", 2, "--config", config, "--set", f"logdir={tmp_path / 'np2'}"))
+    assert job.returncode == 0, output[-4000:]
+    assert "global batch 32" in job.stdout
+    assert "[worker 1] step" not in job.stdout  # progress from worker 0 alone
+    job, output = run(opt_train("train", "--config", config, "--set", "batch_size_per_gpu=32",
+                                "--set", f"logdir={tmp_path / 'one'}"))
+    assert job.returncode == 0, output[-4000:]
+    two, one = losses(tmp_path / "np2"), losses(tmp_path / "one")
+    assert sorted(two) == sorted(one) == [5, 10, 15, 20]
+    for step in one:
+        assert abs(two[step] - one[step]) <= 1e-4, (step, two[step], one[step])
+    weights_two, weights_one = model_weights(tmp_path / "np2"), model_weights(tmp_path / "one")
+    assert weights_one and sorted(weights_two) == sorted(weights_one)
+    for key, value in weights_one.items():
+        np.testing.assert_allclose(weights_two[key], value, atol=1e-5, err_msg=key)
+    assert read_json(tmp_path / "np2" / "final_metrics.json")["global_step"] == 20
+
+
+def worker_pid(index, marker):
+    """The pid of tf worker `index` (its TF_CONFIG task) whose command line contains `marker`."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if marker.encode() not in cmdline or b"--np" in cmdline:
+            continue
+        for item in environ:
+            if item.startswith(b"TF_CONFIG="):
+                if json.loads(item[len(b"TF_CONFIG="):])["task"]["index"] == index:
+                    return int(entry.name)
+    return None
+
+
+def start_long_run(tmp_path, *extra):
+    logdir = tmp_path / "run"
+    argv = opt_train("train", "--np", 2, "--config", config_file(tmp_path), "--set", "max_steps=100000",
+                     "--set", f"logdir={logdir}", *extra)
+    job = subprocess.Popen(argv, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    records = logdir / "metrics.jsonl"
+    while time.monotonic() < deadline and job.poll() is None:
+        if records.exists() and any(record.get("step", 0) >= 10 for record in read_jsonl(records)):
+            return job, logdir
+        time.sleep(0.2)
+    raise AssertionError("training did not start: " + (job.communicate()[0] or "")[-3000:])
+
+
+@pytest.mark.parametrize("sig, words", [
+    (signal.SIGKILL, "worker 1 failed (killed by SIGKILL)"),
+    (signal.SIGSTOP, "worker 1 hung: stopped, not answering the other workers"),
+])
+def test_a_dead_or_hung_worker_ends_the_job_naming_it(tmp_path, sig, words):
+    job, logdir = start_long_run(tmp_path, "--set", "save_checkpoint_steps=null",
+                                 "--set", f"rank_timeout_secs={RANK_TIMEOUT}")
+    try:
+        pid = worker_pid(1, str(logdir))
+        assert pid is not None, "worker 1's process not found"
+        os.kill(pid, sig)
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+    finally:
+        job.kill()
+    assert job.returncode == 1, output[-4000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and words in last, output[-4000:]
+    assert worker_pid(0, str(logdir)) is None and worker_pid(1, str(logdir)) is None
+
+
+def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
+    import tensorflow as tf
+
+    job, logdir = start_long_run(tmp_path, "--set", "save_checkpoint_steps=100000")
+    try:
+        job.send_signal(signal.SIGTERM)
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+    finally:
+        job.kill()
+    assert job.returncode == 143, output[-4000:]
+    last = read_jsonl(logdir / "metrics.jsonl")[-1]
+    assert last["interrupted"] == "SIGTERM", output[-4000:]
+    saved = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
+    assert saved is not None and saved.endswith(f"ckpt-{last['step']}")
+    assert "Traceback" not in output and "Error:" not in output
