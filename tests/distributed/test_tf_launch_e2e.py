@@ -163,3 +163,49 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
     saved = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
     assert saved is not None and saved.endswith(f"ckpt-{last['step']}")
     assert "Traceback" not in output and "Error:" not in output
+
+
+def test_a_killed_worker_and_the_job_run_again_end_as_one_uninterrupted_process(tmp_path):
+    """SIGKILL one worker mid-run; the same command again resumes from the last checkpoint, and
+    the run ends at the same step count, weights and reported losses as one process on the
+    doubled batch that was never stopped."""
+    import numpy as np
+
+    config = config_file(tmp_path)
+    logdir = tmp_path / "run"
+    settings = ["--set", "max_steps=300", "--set", "save_checkpoint_steps=40", "--set", "print_loss_steps=20",
+                "--set", "save_summaries_steps=null", "--set", f"rank_timeout_secs={RANK_TIMEOUT}"]
+    argv = opt_train("train", "--np", 2, "--config", config, *settings, "--set", f"logdir={logdir}")
+    job = subprocess.Popen(argv, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+        records = logdir / "metrics.jsonl"
+        while time.monotonic() < deadline and job.poll() is None:
+            if records.exists() and any(record.get("step", 0) >= 60 for record in read_jsonl(records)):
+                break
+            time.sleep(0.1)
+        pid = worker_pid(1, str(logdir))
+        assert pid is not None, "worker 1 ended before it could be killed: " + str(job.poll())
+        os.kill(pid, signal.SIGKILL)
+        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
+    finally:
+        job.kill()
+    assert job.returncode == 1, output[-4000:]
+    killed_at = max(record.get("step", 0) for record in read_jsonl(logdir / "metrics.jsonl"))
+    assert killed_at < 300, "the kill came after the end"
+
+    again, output = run(argv)
+    assert again.returncode == 0, output[-4000:]
+    assert "resumed from" in output, output[-4000:]
+    one, output = run(opt_train("train", "--config", config, *settings, "--set", "batch_size_per_gpu=32",
+                                "--set", f"logdir={tmp_path / 'one'}"))
+    assert one.returncode == 0, output[-4000:]
+    assert read_json(logdir / "final_metrics.json")["global_step"] == 300
+    resumed, uninterrupted = losses(logdir), losses(tmp_path / "one")
+    assert sorted(resumed) == sorted(uninterrupted) == list(range(20, 301, 20))
+    for step, loss in uninterrupted.items():
+        assert abs(resumed[step] - loss) <= 1e-4, (step, resumed[step], loss)
+    weights, reference = model_weights(logdir), model_weights(tmp_path / "one")
+    assert reference and sorted(weights) == sorted(reference)
+    for key, value in reference.items():
+        np.testing.assert_allclose(weights[key], value, atol=1e-5, err_msg=key)
