@@ -24,7 +24,7 @@ _EXPORTS = {
     "get_regularization_loss": "pipeline:get_regularization_loss",
     "MixedPrecisionOptimizerWrapper": "mixed_precision:MixedPrecisionOptimizerWrapper",
     "AutomaticLossScaler": "loss_scaling:AutomaticLossScaler",
-    "TrainOp": "pipeline:TrainOp",
+    "TrainOp": "train_op:TrainOp",
     "GradientTransform": "transform:GradientTransform",
     "chain": "transform:chain",
     "dtype_policy_name": "mixed_precision:dtype_policy_name",

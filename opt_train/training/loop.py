@@ -476,8 +476,9 @@ class _Benchmark:
             return {}
         updates = self.end_step - self.start_step
         elapsed = self.end_time - self.start_time
-        # Samples read in the timed stretch (skipped updates' included), this rank.
-        samples = (self.end_position - self.start_position) * self.run.config.batch_size_per_gpu
+        # Samples read in the timed stretch (skipped updates' included), this process's replicas.
+        samples = ((self.end_position - self.start_position) * self.run.config.batch_size_per_gpu
+                   * self.run.backend.replicas_per_worker)
         return {
             "benchmark/time_per_step": elapsed / updates,
             "benchmark/samples_per_sec": self.run.backend.allreduce_scalar(samples / elapsed, op="sum"),

@@ -1,0 +1,364 @@
+"""`TrainOp`: runs whole updates of a built gradient pipeline, on one process's replicas, and holds the run's counters.
+
+`optimize_loss` (opt_train/optimizers/pipeline.py) builds one. Counting:
+
+- `global_step` counts the updates that count toward `max_steps`: applied ones only
+  (`count_skipped_updates=False`, OpenSeq2Seq's counting), or applied and skipped ones
+  (`True`); it never moves on a micro-batch that ends no update.
+- the optimizer's `iterations`, which drives the learning-rate policy, counts
+  *applied* updates only: a skipped step moves no weight, slot or lr position.
+- `micro_batches` counts every micro-batch run, skipped updates included: the data
+  position a resumed run starts its stream at.
+
+Under tf.distribute (`backend.strategy`), `pipeline.local` runs on every replica
+(`strategy.run`) and the rest once per process in cross-replica context; see
+opt_train/distributed/tfdist.py.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from opt_train.errors import ParamError
+from opt_train.optimizers import names
+from opt_train.optimizers.finite import l2_norm
+from opt_train.optimizers.freezing import split_frozen, variable_path
+from opt_train.optimizers.transform import report, state_variables, states_with
+
+
+class _PipelineVariables(tf.Module):
+    """Holds the pipeline's state variables in a stable order so a checkpoint can track them."""
+
+    def __init__(self, variables):
+        super().__init__(name="pipeline")
+        self.state = list(variables)
+
+
+class TrainOp(tf.Module):
+    """Runs whole updates: `update(iterator)` one, `run(iterator, updates)` many in one compiled call.
+
+    `iter_size` lives here (with the accumulate transform): callers count updates and
+    never micro-batches. `train_op(batch)` runs a single micro-batch, for callers
+    that feed batches themselves. See `optimize_loss` for the returned entries.
+    """
+
+    def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, freeze_variables_regex=None,
+                 summaries=(), jit_compile=False, iter_size=1, count_skipped_updates=True):
+        super().__init__(name="train_op")
+        self.loss_fn = loss
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.backend = backend
+        self.iter_size = names.check_iter_size(iter_size)
+        self.count_skipped_updates = bool(count_skipped_updates)
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # Every micro-batch run, skipped updates included: where the data stream stands.
+        self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_batches")
+        self._pipeline = pipeline
+        self._var_list = var_list
+        self._freeze_regex = freeze_variables_regex
+        self._summaries = summaries
+        self._jit_compile = jit_compile
+        # Under Horovod a custom-op all-reduce cannot be XLA-compiled: then the parts around it, the
+        # forward/backward pass and the optimizer update, are compiled each as one XLA call. Under
+        # tf.distribute the forward/backward pass (on each replica) is; the update runs through the
+        # strategy's cross-replica `update`, which XLA cannot hold.
+        self._strategy = backend.strategy
+        around_allreduce = jit_compile and (backend.size > 1 or self._strategy is not None)
+        self._forward_backward = (
+            tf.function(self._gradients, jit_compile=True) if around_allreduce else self._gradients
+        )
+        self._apply_update = (
+            tf.function(self._apply, jit_compile=True)
+            if around_allreduce and self._strategy is None else self._apply
+        )
+        self._state = None
+        self._has_gradient = ()
+        self._stoppers = ()
+        self.variables_to_train = None
+        self.frozen_variables = None
+        self._built = False
+        self._compiled = {}
+
+    # -- building ------------------------------------------------------------
+    def _resolve_variables(self, batch):
+        source = self._var_list
+        if source is None:
+            if batch is None:
+                raise ValueError(
+                    "`var_list` is None, so the variables are found by running the loss once: "
+                    "call `build(batch)` or pass `var_list`. Received: batch=None"
+                )
+            with tf.GradientTape() as tape:
+                self.loss_fn(batch)
+            source = [v for v in tape.watched_variables() if v.trainable]
+        elif isinstance(source, (list, tuple)):
+            # Checked first: stored on this trackable, a list becomes a ListWrapper,
+            # whose own (empty) `trainable_variables` would hide the Keras variables.
+            pass
+        elif hasattr(source, "trainable_variables"):
+            source = source.trainable_variables
+        elif callable(source):
+            source = source()
+        return list(source)
+
+    def build(self, batch=None):
+        """Creates every variable (optimizer slots, accumulators, scaler), so a checkpoint can restore first."""
+        if self._built:
+            return self
+        variables, frozen = split_frozen(self._resolve_variables(batch), self._freeze_regex)
+        if not variables:
+            raise ParamError(
+                "freeze_variables_regex", "out_of_range",
+                f"matches all {len(frozen)} variables: no variable left to train", self._freeze_regex,
+                key="freeze_variables_regex",
+                text="No variable left to train. Received: freeze_variables_regex="
+                f"{self._freeze_regex!r} matched all {len(frozen)} variables",
+            )
+        self.variables_to_train = variables
+        self.frozen_variables = frozen
+        with self.backend.scope():
+            # Inside the strategy's scope (tf.distribute): the optimizer's slots become mirrored
+            # variables and the accumulators replica-local ones. Building the slots here, eagerly,
+            # also avoids keras#23085 (a first update traced under a strategy fails to build them).
+            self.optimizer.build(variables)
+            self._state = {"local": self._pipeline.local.init(variables),
+                           "accumulate": self._pipeline.shared.init(variables)}
+        self._pipeline_variables = _PipelineVariables(state_variables(self._state))
+        # The stages with a stop policy (the finite check), each owning its verdict.
+        self._stoppers = states_with(self._state, "stop_reason")
+        self._built = True
+        return self
+
+    # -- the step --------------------------------------------------------------
+    def _gradients(self, batch):
+        with tf.GradientTape() as tape:
+            loss = tf.cast(self.loss_fn(batch), tf.float32)
+            scaled = loss * tf.cast(self.scaler.loss_scale, tf.float32)
+        return loss, tape.gradient(scaled, self.variables_to_train)
+
+    def _apply(self, grads):
+        pairs = [(g, v) for g, v in zip(grads, self.variables_to_train) if g is not None]
+        self.optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
+
+    def _local_part(self, batch):
+        """Loss, gradients and the pipeline's local stages on one replica's micro-batch."""
+        loss, grads = self._forward_backward(batch)
+        grads, _ = self._pipeline.local.update(
+            grads, self._state["local"], self.variables_to_train,
+            learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32),
+            loss_is_finite=tf.math.is_finite(loss),
+        )
+        if self._strategy is not None:
+            # A replica returns its gradients as per-replica values: None (a variable without
+            # a gradient) cannot be one, so only the present ones leave the replica (set while
+            # tracing, the same on every replica).
+            self._has_gradient = [g is not None for g in grads]
+            return loss, [g for g in grads if g is not None]
+        return loss, grads
+
+    def _replicated_part(self, batch):
+        """`_local_part` on every replica; the mean loss and the per-replica gradients, in variable order."""
+        loss, present = self._strategy.run(self._local_part, args=(batch,))
+        loss = self._strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+        grads, found = [], iter(present)
+        for has_gradient in self._has_gradient:
+            grads.append(next(found) if has_gradient else None)
+        return loss, grads
+
+    def _step(self, batch, summarize, statistics):
+        if self._strategy is None:
+            loss, grads = self._local_part(batch)
+        else:
+            loss, grads = self._replicated_part(batch)
+        learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
+        grads, _ = self._pipeline.shared.update(
+            grads, self._state["accumulate"], self.variables_to_train,
+            learning_rate=learning_rate, loss_is_finite=tf.math.is_finite(loss),
+        )
+        stages = report(self._state)
+        update = stages.pop("update", tf.constant(True))
+        applied = tf.logical_and(update, stages.pop("apply", tf.constant(True)))
+        tf.cond(applied, lambda: self._apply_update(grads), lambda: None)
+        # OpenSeq2Seq counts only applied updates: under automatic loss scaling its
+        # MixedPrecisionOptimizerWrapper.apply_gradients (open_seq2seq/optimizers/mp_wrapper.py,
+        # NVIDIA/OpenSeq2Seq@0f6258e) runs `tf.cond(should_skip_update, tf.no_op, apply_ops_wrapper)`,
+        # and only apply_ops_wrapper passes `global_step` on to the inner optimizer's apply_gradients.
+        counted = update if self.count_skipped_updates else applied
+        self.global_step.assign_add(tf.cast(counted, tf.int64))
+        self.micro_batches.assign_add(1)
+        if not (statistics or summarize):
+            # Steps nobody reports on return the loss alone: fewer outputs, less per-step cost.
+            return {"loss": loss}
+        larc = {name: stages.pop(name) for name in ("larc_ratio", "larc_clip_on") if name in stages}
+        result = {
+            "loss": loss,
+            "global_step": self.global_step.read_value(),
+            "update": update,
+            "applied": applied,
+            "learning_rate": learning_rate,
+            "loss_scale": tf.cast(self.scaler.loss_scale, tf.float32),
+            **stages,
+        }
+        if summarize:
+            result.update(self._summary_entries(grads, larc, learning_rate))
+        return result
+
+    def _summary_entries(self, grads, larc, learning_rate):
+        entries = {}
+        wanted = set(self._summaries)
+        for i, (g, v) in enumerate(zip(grads, self.variables_to_train)):
+            name = variable_path(v).replace(":", "_")
+            if g is not None and "gradients" in wanted:
+                entries[f"gradients/{name}"] = tf.convert_to_tensor(g)
+            if g is not None and "gradient_norm" in wanted:
+                entries[f"gradient_norm/{name}"] = l2_norm(tf.convert_to_tensor(g))
+            if "variables" in wanted:
+                entries[f"variables/{name}"] = tf.convert_to_tensor(v)
+            if "variable_norm" in wanted:
+                entries[f"variable_norm/{name}"] = l2_norm(v)
+            if larc and "larc_summaries" in wanted:
+                ratio = larc["larc_ratio"][i]
+                entries[f"larc/grad_update/{name}"] = ratio
+                entries[f"larc/clip_on/{name}"] = tf.cast(larc["larc_clip_on"][i], tf.int32)
+                entries[f"larc/final_lr/{name}"] = learning_rate * ratio
+        return entries
+
+    def _compiled_step(self, summarize, statistics):
+        key = (summarize, statistics)
+        if key not in self._compiled:
+            whole = self._jit_compile and self.backend.size == 1 and self._strategy is None
+            self._compiled[key] = tf.function(
+                lambda batch: self._step(batch, summarize, statistics), jit_compile=whole
+            )
+        return self._compiled[key]
+
+    @staticmethod
+    def _check_iterator(iterator):
+        if not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+            # A Python iterator would be read once, while tracing: every step would see one batch.
+            raise ValueError(
+                "`iterator` must be a tf.data iterator (`iter(dataset)`). "
+                f"Received: iterator of type {type(iterator).__name__}"
+            )
+
+    def update(self, iterator, summarize=False, statistics=True):
+        """Runs one update (its `iter_size` micro-batches from `iterator`); returns its statistics.
+
+        Only the micro-batch that ends the update asks for statistics or summaries.
+        When skipped updates do not count, attempts repeat until one counts or a
+        stop policy fires. `loss` is the mean over every micro-batch run.
+        """
+        self._check_iterator(iterator)
+        self.build()
+        start = None if self.count_skipped_updates else int(self.global_step.numpy())
+        losses = []
+        while True:
+            for index in range(self.iter_size):
+                last = index == self.iter_size - 1
+                result = self._compiled_step(bool(summarize and last), bool(statistics and last))(next(iterator))
+                losses.append(result["loss"])
+            # Reading the step is a host sync, paid only on the updates someone reports on.
+            if start is None or int(self.global_step.numpy()) > start or self.stop_reason is not None:
+                break
+        result = dict(result)
+        result["loss"] = losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+        return result
+
+    def run(self, iterator, updates):
+        """Runs `updates` counted updates from `iterator` in one compiled call; returns the mean loss.
+
+        For stretches nobody reports on: one call instead of one per micro-batch
+        saves the per-call cost that dominates small models (Keras's
+        `steps_per_execution`). The updates are the same, in the same order.
+        When skipped updates do not count, the call runs until `global_step` has
+        moved by `updates`, or a stop policy fires. Under XLA the loop and the
+        iterator stay in the TensorFlow graph (XLA cannot hold an iterator) and
+        each step is one XLA-compiled call.
+        """
+        self._check_iterator(iterator)
+        self.build()
+        if "run" not in self._compiled:
+            self._compiled["run"] = tf.function(self._run_many)
+        return self._compiled["run"](iterator, tf.constant(updates, tf.int64))
+
+    def _stopping(self):
+        """True once a stage's stop policy says the run must end (a tensor; no host sync)."""
+        if not self._stoppers:
+            return tf.constant(False)
+        return tf.reduce_any(tf.stack([s.stop_code.read_value() > 0 for s in self._stoppers]))
+
+    def _run_many(self, iterator, updates):
+        # A nested tf.function is inlined, unless it is XLA-compiled: then it is one cluster.
+        step = self._compiled_step(False, False)
+        total = tf.constant(0.0, tf.float32)
+        count = tf.constant(0, tf.int64)
+        if self.count_skipped_updates:
+            for _ in tf.range(updates * self.iter_size):
+                total += step(next(iterator))["loss"]
+                count += 1
+        else:
+            # A skipped update does not move global_step: loop until it reaches the target.
+            # Every rank takes the same turns: the finite verdict (hence the step) is collective.
+            target = self.global_step.read_value() + updates
+            while self.global_step < target and not self._stopping():
+                for _ in tf.range(self.iter_size):
+                    total += step(next(iterator))["loss"]
+                    count += 1
+        return total / tf.cast(tf.maximum(count, 1), tf.float32)
+
+    def __call__(self, batch, summarize=False, statistics=True):
+        """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""
+        if self._strategy is not None:
+            raise ValueError(
+                "Under tf.distribute the train op reads its batches itself: call "
+                "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch"
+            )
+        self.build(batch)
+        return self._compiled_step(bool(summarize), bool(statistics))(batch)
+
+    @property
+    def data_position(self):
+        """Micro-batches consumed so far (skipped updates included): where a resumed stream starts."""
+        return int(self.micro_batches.numpy())
+
+    def fill_data_position(self):
+        """For a checkpoint saved before `micro_batches` existed, when every update counted."""
+        self.micro_batches.assign(self.global_step * self.iter_size)
+
+    # -- state -------------------------------------------------------------------
+    def checkpoint_items(self):
+        """What a `tf.train.Checkpoint` must hold besides the model to resume mid-run."""
+        self.build()
+        items = {
+            "global_step": self.global_step,
+            "micro_batches": self.micro_batches,
+            "optimizer": self.optimizer,
+            "pipeline": self._pipeline_variables,
+            "loss_scaler": self.scaler,
+        }
+        if self._stoppers:
+            # Also under its own name, as checkpoints have always had it.
+            items["stop_code"] = self._stoppers[0].stop_code
+        return items
+
+    def state_variables(self):
+        """Every variable the run's state is made of (broadcast from rank 0 after a resume)."""
+        self.build()
+        found = [self.global_step, self.micro_batches, *self.optimizer.variables,
+                 *self._pipeline_variables.state, *self.scaler.variables]
+        unique, seen = [], set()
+        for variable in found:
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                unique.append(variable)
+        return unique
+
+    @property
+    def stop_reason(self):
+        """None, or why the run must stop (the first stage with a stop policy that says so)."""
+        for stopper in self._stoppers:
+            reason = stopper.stop_reason()
+            if reason is not None:
+                return reason
+        return None
