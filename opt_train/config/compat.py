@@ -196,6 +196,7 @@ def apply(data, locations):
     learning_rate_in_policy(step)
     dtype_spelling(step)
     names_with_prefixes(step)
+    novograd_weight_decay(step)
     regularizer_spelling(step)
     initializer_spelling(step)
     step.rename("eval_batch_size_per_gpu", "eval_batch_size")
@@ -299,6 +300,48 @@ def names_with_prefixes(step):
             step.data[key] = registry.resolve(strip_prefix(value))
         except ValueError:
             pass  # left as a dotted path: the builder imports it or names what is missing
+
+
+NOVOGRAD_DECAY_NOTE = (
+    "NovoGrad's weight_decay is OpenSeq2Seq's coupled decay d (g/sqrt(v) + d*w goes through the momentum), "
+    "read as coupled_weight_decay; Keras's decoupled decay (w -= lr*d*w) is decoupled_weight_decay")
+
+
+def novograd_weight_decay(step):
+    """NovoGrad is OpenSeq2Seq's optimizer, so its `weight_decay` keeps OpenSeq2Seq's (coupled) meaning.
+
+    OpenSeq2Seq's novograd.py adds `weight_decay * w` to the normalised gradient
+    before the momentum; the Keras base argument of the same name is decoupled.
+    `weight_decay` -> `coupled_weight_decay` (with a note: the name is ambiguous),
+    `decoupled_weight_decay` -> the Keras base `weight_decay`.
+    """
+    name = step.data.get("optimizer")
+    if not isinstance(name, str) or resolved(name) != "NovoGrad":
+        return
+    params = step.data.get("optimizer_params")
+    if not isinstance(params, dict) or not ({"weight_decay", "decoupled_weight_decay"} & set(params)):
+        return
+    params = dict(params)
+    moves = []
+    if "weight_decay" in params:
+        step.note("optimizer_params.weight_decay", NOVOGRAD_DECAY_NOTE)
+        value = params.pop("weight_decay")
+        if "coupled_weight_decay" in params and params["coupled_weight_decay"] != value:
+            step.issue("optimizer_params.weight_decay", "conflict",
+                       "is NovoGrad's coupled_weight_decay (OpenSeq2Seq's meaning), which is "
+                       f"{params['coupled_weight_decay']!r}; set one, or write decoupled_weight_decay "
+                       "for Keras's decoupled decay", value)
+            return
+        params["coupled_weight_decay"] = value
+        moves.append(("weight_decay", "coupled_weight_decay"))
+    if "decoupled_weight_decay" in params:
+        params["weight_decay"] = params.pop("decoupled_weight_decay")
+        moves.append(("decoupled_weight_decay", "weight_decay"))
+    lines = {old: step.locations.pop(f"optimizer_params.{old}", None) for old, _ in moves}
+    for old, new in moves:
+        if lines[old] is not None:
+            step.locations[f"optimizer_params.{new}"] = lines[old]
+    step.data["optimizer_params"] = params
 
 
 def regularizer_spelling(step):
