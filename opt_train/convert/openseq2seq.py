@@ -78,8 +78,17 @@ def shown(value):
 
 
 def finish(result):
-    """The compat pass on the carried keys: opt-train's own spellings, its notes as comments."""
+    """The compat pass on the carried keys: opt-train's own spellings, its notes as comments.
+
+    The source's model and data are its own classes: `model` and `data` are written as
+    `(fill in)`, which `opt-train validate` refuses with a line saying what to name.
+    """
     issues, notes = compat.apply(result.data, {})
     for issue in issues:
         result.drop(issue.key, issue.value, f"conflict: {issue.message}")
     result.notes.extend(notes)
+    for part in ("model", "data"):
+        if part not in result.data:
+            result.data[part] = compat.FILL_IN
+    result.notes.append(f"model, data: {compat.FILL_IN} -- the source's own classes (see below) have no "
+                        "opt-train build; validate and train refuse the file until you name them")

@@ -79,9 +79,9 @@ def test_the_suite_has_five_or_more_returnn_configs():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_convert_carries_what_returnn_means(name, tmp_path):
     out, _ = converted(name, tmp_path)
-    # Validates as converted (the default model and data), with eval_steps filled in where the
+    # Validates as converted with a model and data named, and eval_steps filled in where the
     # comments ask for it (RETURNN's newbob decides once per epoch).
-    config = load_config([out], ["eval_steps=50"]).to_dict()
+    config = load_config([out], ["eval_steps=50", "model=mlp", "data=digits"]).to_dict()
     values, dropped = EXPECTED[name]
     for key, value in values.items():
         assert config[key] == value, key
