@@ -192,6 +192,7 @@ def apply(data, locations):
     if not isinstance(data, dict):
         return [], []
     step = Pass(data, locations)
+    fill_ins(step)
     optimizer_block(step)
     learning_rate_in_policy(step)
     dtype_spelling(step)
@@ -244,6 +245,25 @@ OPENSEQ2SEQ_RUNTIME_KEYS = {
 }
 
 
+FILL_IN_HINTS = {
+    "model": f"the source's model was its own class: name {MODEL_HINT}",
+    "data": f"the source's data was its own class: name {DATA_HINT}",
+    "lr_policy": "the source's learning-rate schedule could not be read or has no opt-train policy (see the "
+                 "file's comments): write lr_policy and lr_policy_params (`opt-train list lr_policies`)",
+    "lr_control": "the source's learning-rate control has no opt-train equivalent (see the file's comments): "
+                  "write lr_control {mode: newbob | newbob_abs | plateau, ...} or delete the line",
+}
+
+
+def fill_ins(step):
+    """`(fill in)`, which `opt-train convert` writes where it could not carry a value: refused, saying what to write."""
+    for key, hint in FILL_IN_HINTS.items():
+        if step.data.get(key) == FILL_IN:
+            step.issue(key, "missing", f"is to be filled in: {hint}", FILL_IN)
+            step.data.pop(key)
+            step.data.pop(f"{key}_params", None)  # they belong to what is to be filled in
+
+
 def openseq2seq_model_and_data(step):
     """OpenSeq2Seq's model- and data-class keys: one note each; a missing `model` / `data` is refused.
 
@@ -271,10 +291,7 @@ def openseq2seq_model_and_data(step):
             data.pop(key)
             step.note(key, f"OpenSeq2Seq model setting, not used: {why}")
     for part, hint in (("model", MODEL_HINT), ("data", DATA_HINT)):
-        if data.get(part) == FILL_IN:
-            step.issue(part, "missing", f"is to be filled in (the converted config's {part} was OpenSeq2Seq's "
-                       f"or RETURNN's own class): name {hint}", FILL_IN)
-        elif data.get(part) is None and found[part]:
+        if data.get(part) is None and found[part]:
             step.issue(part, "missing", f"is required: this config's {part} is OpenSeq2Seq's "
                        f"({', '.join(found[part])}), which opt-train cannot build; name {hint}")
 
