@@ -215,7 +215,7 @@ def apply(data, locations):
 # refuses it with a line saying what to fill in, so a converted config never trains a default.
 FILL_IN = "(fill in)"
 MODEL_HINT = "a built-in model (mlp, cnn, transformer, ...; `opt-train list models`) or {factory: package.module:function}"
-DATA_HINT = "a built-in dataset (digits, reversal, npz, csv, tfrecord, ...; `opt-train list data`) or {factory: package.module:function}"
+DATA_HINT = "a built-in dataset (digits, reversal, npz, csv, tfrecord, ...; `opt-train list datasets`) or {factory: package.module:function}"
 
 # OpenSeq2Seq keys read by its model / data-layer classes (open_seq2seq/models/model.py,
 # encoder_decoder.py; data layers). opt-train's `model` / `data` replace the classes, so

@@ -115,7 +115,7 @@ _CALLS = {
 # `import tensorflow as tf` is read as `tf`, the spelling the compat pass knows.
 _MODULE_SPELLING = {"tensorflow": "tf"}
 # Statements a function of the file may hold for a call of it to be followed.
-_FOLLOWED = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Return, ast.Pass, ast.Expr)
+_FOLLOWED = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Return, ast.Pass, ast.Expr, ast.Assert)
 
 
 class _Returned(Exception):

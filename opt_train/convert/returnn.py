@@ -104,6 +104,10 @@ def convert_returnn(path):
         elif key in CLIPPING:
             if isinstance(value, Opaque):
                 result.drop(key, value.source, "needs the config to run to be known; write the value")
+            elif value and key == "gradient_clip_norm" and settings.get("gradient_clip"):
+                result.drop(key, value, "Keras takes one of clipvalue and clipnorm, and gradient_clip is clipvalue; "
+                            "RETURNN applied both (by value, then each tensor's norm): write a gradient_transforms "
+                            "entry for the norm")
             elif value:
                 optimizer_params[CLIPPING[key]] = value
                 result.notes.append(f"{key}: {value} is RETURNN's per-{'value' if key == 'gradient_clip' else 'tensor'} "
@@ -151,6 +155,10 @@ def convert_returnn(path):
             result.drop(key, shown(value), "RETURNN's own housekeeping; no effect in opt-train")
         else:
             result.drop(key, shown(value), "no opt-train equivalent")
+    if "num_epochs" not in settings:
+        data["num_epochs"] = 5 / partition
+        result.notes.append("num_epochs: not set, so RETURNN's default 5 (engine/base.py)"
+                            + (f", sub-epochs of partition_epoch {partition}" if partition > 1 else ""))
     dynamic = dynamic_learning_rate(result, path, names)
     if dynamic == "ignores learning_rate":
         optimizer_params["learning_rate"] = 1.0  # the policy's base is a plain multiplier
