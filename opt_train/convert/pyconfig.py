@@ -206,16 +206,34 @@ class Reader:
             self.method_call(node.value)
         elif self.strict and isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
             raise _Unfollowed("expression")
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.Try, ast.Delete)):
+            # Not followed: every name it may assign or change stops having a known value.
+            for name in _changed_names(node):
+                if not isinstance(self.names.get(name), (Symbol, _Function)):
+                    self.names[name] = Opaque(f"{name} (changed by the {type(node).__name__.lower()} at line "
+                                              f"{node.lineno})")
 
     def method_call(self, node):
-        """`base_params.update({...})` at top level."""
+        """`base_params.update({...})`, `rates.append(x)`, `rates.extend([...])` at top level.
+
+        Any other call of a method on a name the file assigned may change it: the name
+        becomes Opaque rather than keep a value the file no longer has.
+        """
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name):
-            target = self.reference(func.value)
-            if isinstance(target, dict) and len(node.args) == 1:
-                update = self.value(node.args[0])
-                if isinstance(update, dict):
-                    target.update(update)
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Subscript))):
+            return
+        target = self.reference(func.value)
+        args = [self.value(arg) for arg in node.args]
+        followed = not node.keywords and len(args) == 1 and is_plain(args[0])
+        if followed and func.attr == "update" and isinstance(target, dict) and isinstance(args[0], dict):
+            target.update(args[0])
+        elif followed and func.attr == "append" and isinstance(target, list):
+            target.append(args[0])
+        elif followed and func.attr == "extend" and isinstance(target, list) and isinstance(args[0], list):
+            target.extend(args[0])
+        elif isinstance(func.value, ast.Name) and func.value.id in self.names \
+                and not isinstance(self.names[func.value.id], Symbol):
+            self.names[func.value.id] = Opaque(f"{func.value.id} (changed by line {node.lineno})")
 
     def assign(self, target, value, line):
         if isinstance(target, ast.Name):
@@ -423,6 +441,24 @@ class Reader:
         if any(isinstance(arg, (Opaque, Symbol)) for arg in args):
             return Opaque(self.text(node))
         return _CALLS[name](*args, **kwargs)
+
+
+def _changed_names(node):
+    """Names a statement the reader does not follow may assign, delete or change in place."""
+    found = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name) and isinstance(inner.ctx, (ast.Store, ast.Del)):
+            found.add(inner.id)
+        elif isinstance(inner, (ast.Subscript, ast.Attribute)) and isinstance(inner.ctx, (ast.Store, ast.Del)):
+            base = inner.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                found.add(base.id)
+        elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
+                and isinstance(inner.func.value, ast.Name):
+            found.add(inner.func.value.id)
+    return found
 
 
 class _Function(str):

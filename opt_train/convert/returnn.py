@@ -203,8 +203,11 @@ def optimizer_switches(result, settings, optimizer_params):
         value = settings["optimizer"]
         if is_plain(value):
             data["optimizer"] = plain(value)  # {class: adam, ...}: the compat pass reads it
-            if momentum:
+            if momentum and takes_momentum(value):
                 optimizer_params["momentum"] = momentum
+            elif momentum:
+                result.drop("momentum", momentum, "RETURNN passes momentum only to an optimizer class taking "
+                            "it; this one does not")
         else:
             result.drop("optimizer", shown(value), "needs the config to run to be known; write the value")
         return
@@ -229,6 +232,18 @@ def optimizer_switches(result, settings, optimizer_params):
         data["optimizer"] = "Momentum"
         optimizer_params["momentum"] = momentum
         result.notes.append(f"momentum: {momentum} with no optimizer switched on is RETURNN's TF1 momentum SGD")
+
+
+def takes_momentum(block):
+    """Whether RETURNN's `optimizer = {"class": ...}` names a class with a `momentum` argument."""
+    from opt_train.config.compat import resolved
+    from opt_train.optimizers import specs
+
+    name = block.get("class") if isinstance(block, dict) else block
+    try:
+        return "momentum" in specs.spec(resolved(name))
+    except (ValueError, TypeError):
+        return True  # not a registered name: carried, and the validator names what is wrong
 
 
 def partition_epoch(result, settings, path):

@@ -290,3 +290,27 @@ def test_a_sub_epoch_config_trains(tmp_path):
     config, final = train_two_updates([out], tmp_path / "run", ["model=mlp", "data=synthetic_classification",
                                                                 "data_params={num_examples: 64}", "eval_steps=1"])
     assert final["global_step"] == 2 and math.isfinite(final["train/loss"])
+
+
+def test_statements_the_reader_does_not_follow_leave_no_stale_value(tmp_path):
+    """A loop or `try` may change a name: it is listed as not known, never carried with the value before it."""
+    path = write(tmp_path, (
+        "adam = True\nlearning_rate = 0.1\n"
+        "learning_rates = [0.1]\nlearning_rates.append(0.05)\nlearning_rates.extend([0.02, 0.01])\n"
+        "try:\n    num_epochs = int(open('epochs').read())\nexcept OSError:\n    num_epochs = 7\n"
+        "gradient_noise = 0.1\nfor _ in range(2):\n    gradient_noise *= 2\n"
+    ))
+    result = convert("returnn", str(path))
+    base = result.data["optimizer_params"]["learning_rate"]
+    rates = [base] + [base * r for r in result.data["lr_policy_params"]["decay_rates"]]
+    np.testing.assert_allclose(rates, [0.1, 0.05, 0.02, 0.01], rtol=1e-12)
+    dropped = {key for key, _, _ in result.dropped}
+    assert {"num_epochs", "gradient_noise"} <= dropped
+    assert "num_epochs" not in result.data and "gradient_transforms" not in result.data
+
+
+@pytest.mark.parametrize("block, carried", [('{"class": "adam"}', False), ('{"class": "rmsprop"}', True)])
+def test_momentum_with_an_optimizer_block_goes_where_returnn_passes_it(block, carried, tmp_path):
+    path = write(tmp_path, f"optimizer = {block}\nmomentum = 0.9\nlearning_rate = 0.01\nnum_epochs = 2\n")
+    result, config = converted(path, tmp_path)
+    assert ("momentum" in config.optimizer_params) is carried
