@@ -15,8 +15,8 @@ import click
 
 RUN_PY_FLAGS = ("--config_file",)
 MODES = ("train", "eval", "train_eval", "infer", "interactive_infer")
-# Flags run.py takes without a value.
-SWITCHES = ("--continue_learning", "--no_dir_check", "--benchmark", "--enable_logs", "--use_xla_jit")
+# Flags run.py takes without a value (`--use_horovod` alone: the override `--use_horovod=True`).
+SWITCHES = ("--continue_learning", "--no_dir_check", "--benchmark", "--enable_logs", "--use_xla_jit", "--use_horovod")
 # Flags run.py takes with a value and opt-train has no use for (a note each).
 VALUED = ("--infer_output_file", "--debug_port", "--bench_steps", "--bench_start")
 NOTES = {
@@ -74,6 +74,8 @@ def translate(argv):
             mode = value
         elif flag == "--benchmark":
             benchmark = True
+        elif flag == "--use_horovod" and value is None:
+            sets.append("use_horovod=true")
         elif flag in ("--bench_steps", "--bench_start"):
             bench[flag] = value
         elif flag == "--use_xla_jit":

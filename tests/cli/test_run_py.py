@@ -23,6 +23,10 @@ def test_run_py_forms_become_opt_train_s():
     assert [note.split(":")[0] for note in notes] == ["--continue_learning"]
 
 
+def test_bare_use_horovod_is_true():
+    assert translate(["--config_file=x.yaml", "--use_horovod"])[0][-2:] == ["--set", "use_horovod=true"]
+
+
 def test_run_py_default_mode_is_train():
     """run.py's --mode defaults to train (no evaluation)."""
     assert translate(["--config_file", "x.yaml"])[0] == ["--config", "x.yaml", "--mode", "train"]
