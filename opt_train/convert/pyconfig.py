@@ -115,7 +115,15 @@ _CALLS = {
 # `import tensorflow as tf` is read as `tf`, the spelling the compat pass knows.
 _MODULE_SPELLING = {"tensorflow": "tf"}
 # Statements a function of the file may hold for a call of it to be followed.
-_FOLLOWED = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Return, ast.Pass, ast.Expr, ast.Assert)
+_FOLLOWED = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Return, ast.Pass, ast.Expr, ast.Assert,
+             ast.For, ast.While, ast.With, ast.Try)  # the last four: names they change become Opaque
+# Methods that read a dict, list or str without changing it.
+_READING_METHODS = {
+    dict: ("get", "keys", "values", "items", "copy"),
+    list: ("index", "count", "copy"),
+    str: ("startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "split", "rsplit", "join",
+          "replace", "format", "zfill"),
+}
 
 
 class _Returned(Exception):
@@ -422,6 +430,19 @@ class Reader:
                 return copy.deepcopy(base)
         if isinstance(func, ast.Name) and isinstance(self.names.get(func.id), _Function):
             return self.follow(self.functions[func.id], node)
+        if isinstance(func, ast.Attribute):
+            base = self.value(func.value)
+            kind = next((k for k in _READING_METHODS if isinstance(base, k) and not isinstance(base, Symbol)), None)
+            if kind is not None and func.attr in _READING_METHODS[kind]:
+                args = [self.value(arg) for arg in node.args]
+                kwargs = {keyword.arg: self.value(keyword.value) for keyword in node.keywords}
+                if None in kwargs or not all(is_plain(a) for a in [*args, *kwargs.values()]) \
+                        or any(isinstance(a, Symbol) for a in args):
+                    return Opaque(self.text(node))
+                found = getattr(base, func.attr)(*args, **kwargs)
+                if isinstance(found, str) and len(found) > LIMIT:
+                    return Opaque(self.text(node))
+                return _bounded(found) if func.attr in ("keys", "values", "items", "split", "rsplit") else found
         name = ast.unparse(func)
         resolved = self.value(func) if isinstance(func, ast.Attribute) else None
         if isinstance(resolved, Symbol) and str(resolved) in _CALLS:

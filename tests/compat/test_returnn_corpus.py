@@ -314,3 +314,21 @@ def test_momentum_with_an_optimizer_block_goes_where_returnn_passes_it(block, ca
     path = write(tmp_path, f"optimizer = {block}\nmomentum = 0.9\nlearning_rate = 0.01\nnum_epochs = 2\n")
     result, config = converted(path, tmp_path)
     assert ("momentum" in config.optimizer_params) is carried
+
+
+def test_partition_epoch_through_a_dataset_function_with_lookups_and_a_checking_loop(tmp_path):
+    """The shape of returnn-experiments' get_sprint_dataset: `{...}.get(data, 1)`, a loop that only asserts."""
+    path = write(tmp_path, (
+        "import os\nEpochSplit = 6\nadam = True\nlearning_rate = 0.001\nnum_epochs = 120\n"
+        "def get_sprint_dataset(data):\n"
+        "    assert data in {'train', 'cv'}\n"
+        "    epoch_split = {'train': EpochSplit}.get(data, 1)\n"
+        "    files = {'config': 'config/training.config'}\n"
+        "    for k, v in sorted(files.items()):\n"
+        "        assert os.path.exists(v), '%s %r does not exist' % (k, v)\n"
+        "    args = ['--config=' + files['config'], lambda: 'cf', '--chunk=%i' % {'train': EpochSplit * 1000}.get(data, -1)]\n"
+        "    return {'class': 'ExternSprintDataset', 'sprintConfigStr': args, 'partition_epoch': epoch_split}\n"
+        "train = get_sprint_dataset('train')\ndev = get_sprint_dataset('cv')\n"
+    ))
+    _, config = converted(path, tmp_path)
+    assert config.num_epochs == 120 / 6
