@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 import click
 
@@ -73,6 +74,7 @@ def cli(ctx, configs, overrides, mode):
 
     \b
     opt-train --config configs/default.yaml [--mode train|eval|train_eval]
+    opt-train --config_file=x.yaml --mode=train --batch_size_per_gpu=64   (run.py's form)
     opt-train train --config configs/default.yaml
     opt-train validate --config x.yaml --set iter_size=4
     opt-train list optimizers
@@ -99,6 +101,18 @@ def main(argv=None):
     # TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) buries the progress
     # lines; the user can still ask for it with TF_CPP_MIN_LOG_LEVEL=0.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from opt_train.cli import run_py
+
+    if run_py.is_run_py(argv):
+        # OpenSeq2Seq's `run.py --config_file=x --mode=train ...`: the same run in opt-train's words.
+        try:
+            argv, notes = run_py.translate(argv)
+        except click.UsageError as error:
+            error.show()
+            sys.exit(error.exit_code)
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
     cli.main(args=argv, prog_name="opt-train")
 
 

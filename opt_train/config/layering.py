@@ -60,6 +60,9 @@ def merge_into(data, locations, upper, upper_locations, prefix):
 
 def read_config_file(path, layered, chain=()):
     """Merges `path` (after its `base:` chain) into `layered`."""
+    if str(path).endswith(".py"):
+        layered.issues.append(python_config_issue(path))
+        return
     data, locations, issues = read_yaml_file(path, path)
     layered.issues.extend(issues)
     if data is None:
@@ -76,6 +79,19 @@ def read_config_file(path, layered, chain=()):
         forget(locations, base, "base")
         read_base(path, base, where, layered, chain)
     layered.merge(data, locations)
+
+
+def python_config_issue(path):
+    """An OpenSeq2Seq / RETURNN `.py` config given as a config: opt-train never runs it; `convert` reads it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            kind = "openseq2seq" if "base_params" in handle.read() else "returnn"
+    except OSError:
+        kind = "openseq2seq"
+    out = os.path.splitext(str(path))[0] + ".yaml"
+    return ConfigIssue(path, 1, "", "python_config",
+                       f"is a Python config, which opt-train never runs: convert it with `opt-train convert {kind} "
+                       f"{path} -o {out}`, fill in what it asks for, and give {out}")
 
 
 def read_base(path, base, where, layered, chain):

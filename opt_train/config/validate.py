@@ -92,11 +92,6 @@ def steps_or_epochs(values):
         raise RuleError("one of max_steps, num_epochs is required", None, "missing", subkey="max_steps")
 
 
-def clip_or_larc(values):
-    """Clipping by global norm and LARC exclude each other (as in OpenSeq2Seq)."""
-    names.check_clip_and_larc(values["max_grad_norm"], values["larc_params"])
-
-
 def loss_scaler_params(values):
     """The loss scaler's parameters are its own; none are allowed with a static scale."""
     params = values["loss_scaling_params"]
@@ -179,7 +174,6 @@ def distribution(values):
 # {field: new value} to store a resolved value.
 CROSS_RULES = (
     (("max_steps", "num_epochs"), "num_epochs", steps_or_epochs),
-    (("max_grad_norm", "larc_params"), "larc_params", clip_or_larc),
     (("loss_scaling", "loss_scaling_params"), "loss_scaling_params", loss_scaler_params),
     (("optimizer", "optimizer_params"), "optimizer_params", optimizer_params),
     (("regularizer", "regularizer_params"), "regularizer_params", regularizer_params),

@@ -78,8 +78,20 @@ def shown(value):
 
 
 def finish(result):
-    """The compat pass on the carried keys: opt-train's own spellings, its notes as comments."""
+    """The compat pass on the carried keys: opt-train's own spellings, its notes as comments.
+
+    The source's model and data are its own classes: `model` and `data` are written as
+    `(fill in)`, which `opt-train validate` refuses with a line saying what to name.
+    """
+    to_fill = [key for key, value in result.data.items() if value == compat.FILL_IN]
     issues, notes = compat.apply(result.data, {})
     for issue in issues:
-        result.drop(issue.key, issue.value, f"conflict: {issue.message}")
+        if issue.key not in to_fill:
+            result.drop(issue.key, issue.value, f"{issue.code}: {issue.message}")
+    result.data.update({key: compat.FILL_IN for key in to_fill})
     result.notes.extend(notes)
+    for part in ("model", "data"):
+        if part not in result.data:
+            result.data[part] = compat.FILL_IN
+    result.notes.append(f"model, data: {compat.FILL_IN} -- the source's own classes (see below) have no "
+                        "opt-train build; validate and train refuse the file until you name them")

@@ -8,13 +8,20 @@ import os.path
 from opt_train.config.schema import FIELD_NAMES
 from opt_train.convert import Conversion
 from opt_train.convert.openseq2seq import finish, shown
-from opt_train.convert.pyconfig import Opaque, PyConfigError, Reader, Symbol, is_plain, plain, read_config
+from opt_train.config.compat import FILL_IN
+from opt_train.convert.pyconfig import (
+    Opaque, PyConfigError, Reader, Symbol, _Function, is_plain, plain, read_config,
+)
 
-# RETURNN's optimizer switches (`adam = True`) -> opt-train's optimizer.
+# RETURNN's optimizer switches, in the order its TF updater (returnn/tf/updater.py,
+# `_create_default_optimizer`) tests them: the first one on wins; `momentum` alone is
+# TF1 momentum SGD, nothing at all plain gradient descent.
 OPTIMIZER_FLAGS = {
     "adam": "Adam", "nadam": "ReturnnNadam", "adadelta": "Adadelta", "adagrad": "Adagrad",
-    "rmsprop": "RMSProp", "adamax": "Adamax", "amsgrad": "AMSGrad",
+    "rmsprop": "RMSProp",
 }
+# Not RETURNN's TF updater switches, but read as such by older opt-train conversions.
+OTHER_FLAGS = {"adamax": "Adamax", "amsgrad": "AMSGrad"}
 # RETURNN keys with the same meaning under another name.
 RENAMED = {
     "num_epochs": "num_epochs",
@@ -22,7 +29,10 @@ RENAMED = {
     "gradient_clip_global_norm": "max_grad_norm",
     "accum_grad_multiple_step": "iter_size",
 }
-OPTIMIZER_PARAMS = {"optimizer_epsilon": "epsilon", "momentum": "momentum"}
+# Per-gradient clipping in RETURNN's updater -> the Keras base argument with the same rule:
+# `gradient_clip` is tf.clip_by_value(g, -c, c) (Keras' clipvalue), `gradient_clip_norm`
+# tf.clip_by_norm per tensor (Keras' clipnorm).
+CLIPPING = {"gradient_clip": "clipvalue", "gradient_clip_norm": "clipnorm"}
 # Keys that describe the network, the data or the batching: opt-train's model / data replace them.
 NOT_CARRIED = {
     "network": "choose `model` (mlp, cnn, transformer, or {factory: package.module:function})",
@@ -37,16 +47,11 @@ NOT_CARRIED = {
     "max_seq_length": "sequence lengths come with `data`",
     "batching": "the data is shuffled with random_seed",
     "chunking": "no chunking: sequences come whole from `data`",
-    "gradient_clip": "clipping each value has no opt-train stage; max_grad_norm clips by global norm",
-    "gradient_clip_norm": "clipping each tensor has no opt-train stage; max_grad_norm clips by global norm",
-    "gradient_noise": "comes with the gradient pipeline's open chain",
     "save_interval": "checkpoints are every save_checkpoint_steps updates",
-    "learning_rate_control": "this control has no opt-train equivalent",
     "learning_rate_file": "the learning rate is part of the checkpoint",
     "pretrain": "no layer-wise pretraining",
     "device": "the device is TensorFlow's choice; several GPUs are num_gpus: N (replicas) or opt-train train --np N",
 }
-# Keys about RETURNN itself (logging, its backend, the task to run): nothing to carry.
 NEWBOB_MODES = {"newbob": "newbob", "newbob_rel": "newbob", "newbob_relative": "newbob",
                 "newbob_multi_epoch": "newbob", "newbob_abs": "newbob_abs"}
 # RETURNN's newbob parameters -> lr_control's (both spellings RETURNN reads).
@@ -59,6 +64,9 @@ NEWBOB_PARAMS = {
     "newbob_error_threshold": "error_threshold",
     "min_learning_rate": "min_learning_rate",
 }
+# Read by newbob() itself (a note each where opt-train differs).
+NEWBOB_READ = ("learning_rate_control_error_measure", "learning_rate_control_min_num_epochs_per_new_lr",
+               "newbob_multi_num_epochs", "newbob_multi_update_interval")
 HOUSEKEEPING_PREFIXES = ("log", "debug", "tf_", "use_", "newbob", "learning_rate_control_", "cleanup_")
 HOUSEKEEPING = {"task", "model_dir", "multiprocessing", "update_on_device", "cache_size", "window",
                 "truncation", "stop_on_nonfinite_train_score", "gradient_nan_inf_filter", "target",
@@ -68,7 +76,8 @@ HOUSEKEEPING = {"task", "model_dir", "multiprocessing", "update_on_device", "cac
 
 def convert_returnn(path):
     names, lines = read_config(path)
-    settings = {key: value for key, value in names.items() if not isinstance(value, Symbol) and not key.startswith("_")}
+    settings = {key: value for key, value in names.items()
+                if not isinstance(value, (Symbol, _Function)) and not key.startswith("_")}
     if isinstance(settings.get("config"), dict):
         # RETURNN-as-a-framework scripts write the whole config as `config = dict(...)`.
         settings = {**{k: v for k, v in settings.items() if k != "config"}, **settings["config"]}
@@ -77,30 +86,50 @@ def convert_returnn(path):
     result = Conversion(source=path, kind="returnn")
     data = result.data
     optimizer_params, base_rate = {}, None
+    partition = partition_epoch(result, settings, path)
     newbob_on = settings.get("learning_rate_control") in NEWBOB_MODES
+    optimizer_switches(result, settings, optimizer_params)
     for key, value in settings.items():
-        if newbob_on and key in NEWBOB_PARAMS:
+        if newbob_on and (key in NEWBOB_PARAMS or key in NEWBOB_READ):
             continue  # read into lr_control by newbob()
-        if key in OPTIMIZER_FLAGS:
-            if value is True:
-                data["optimizer"] = OPTIMIZER_FLAGS[key]
-            continue
-        if key == "optimizer":
-            if is_plain(value):
-                data["optimizer"] = plain(value)  # {class: adam, ...}: the compat pass reads it
-            else:
-                result.drop(key, shown(value), "needs the config to run to be known; write the value")
-        elif key == "learning_rate":
+        if key in OPTIMIZER_FLAGS or key in OTHER_FLAGS or key in ("optimizer", "momentum"):
+            continue  # read by optimizer_switches()
+        if key == "learning_rate":
             optimizer_params["learning_rate"] = value
-        elif key in OPTIMIZER_PARAMS:
-            optimizer_params[OPTIMIZER_PARAMS[key]] = value
+        elif key == "optimizer_epsilon":
+            optimizer_params["epsilon"] = value
         elif key == "learning_rates":
-            base_rate = learning_rates(result, value, settings)
+            if value is not None:
+                base_rate = learning_rates(result, value, settings, partition)
+        elif key in CLIPPING:
+            if isinstance(value, Opaque):
+                result.drop(key, value.source, "needs the config to run to be known; write the value")
+            elif value and key == "gradient_clip_norm" and settings.get("gradient_clip"):
+                result.drop(key, value, "Keras takes one of clipvalue and clipnorm, and gradient_clip is clipvalue; "
+                            "RETURNN applied both (by value, then each tensor's norm): write a gradient_transforms "
+                            "entry for the norm")
+            elif value:
+                optimizer_params[CLIPPING[key]] = value
+                result.notes.append(f"{key}: {value} is RETURNN's per-{'value' if key == 'gradient_clip' else 'tensor'} "
+                                    f"clipping, Keras' {CLIPPING[key]} (applied by the optimizer, after opt-train's "
+                                    "pipeline: RETURNN applied it before gradient_clip_global_norm)")
+        elif key == "gradient_noise":
+            if isinstance(value, Opaque):
+                result.drop(key, value.source, "needs the config to run to be known; write the value")
+            elif value:
+                data["gradient_transforms"] = [{"factory": "gradient_noise", "params": {"stddev": value},
+                                                "after": "finite"}]
+                result.notes.append(f"gradient_noise: {value} is RETURNN's truncated-normal noise of that stddev, "
+                                    "added before clipping: the gradient_noise transform after the finite check")
         elif key in RENAMED:
             if isinstance(value, Opaque):
                 result.drop(key, value.source, "needs the config to run to be known; write the value")
             elif key == "gradient_clip_global_norm" and not value:
                 continue  # 0 is off, as no max_grad_norm
+            elif key == "num_epochs" and partition > 1:
+                data["num_epochs"] = value / partition
+                result.notes.append(f"num_epochs: {value} of RETURNN's sub-epochs (partition_epoch {partition}) "
+                                    f"are {value / partition:g} passes over the data")
             else:
                 data[RENAMED[key]] = value
                 if key == "accum_grad_multiple_step":
@@ -114,15 +143,22 @@ def convert_returnn(path):
         elif key == "learning_rate_control" and value == "constant":
             continue  # RETURNN's default: the rate the config gives
         elif key == "learning_rate_control" and value in NEWBOB_MODES:
-            newbob(result, value, settings)
+            newbob(result, value, settings, partition)
+        elif key == "learning_rate_control":
+            # Training on at a constant rate would not be what the config meant.
+            data["lr_control"] = FILL_IN
+            result.drop(key, shown(value), "RETURNN's control has no opt-train equivalent: write lr_control "
+                        "(newbob, newbob_abs, plateau) or delete the line lr_control: (fill in)")
         elif key in NOT_CARRIED:
-            if key == "gradient_clip" and not value:
-                continue  # 0 is off
             result.drop(key, shown(value), NOT_CARRIED[key])
         elif key in HOUSEKEEPING or key.startswith(HOUSEKEEPING_PREFIXES):
             result.drop(key, shown(value), "RETURNN's own housekeeping; no effect in opt-train")
         else:
             result.drop(key, shown(value), "no opt-train equivalent")
+    if "num_epochs" not in settings:
+        data["num_epochs"] = 5 / partition
+        result.notes.append("num_epochs: not set, so RETURNN's default 5 (engine/base.py)"
+                            + (f", sub-epochs of partition_epoch {partition}" if partition > 1 else ""))
     dynamic = dynamic_learning_rate(result, path, names)
     if dynamic == "ignores learning_rate":
         optimizer_params["learning_rate"] = 1.0  # the policy's base is a plain multiplier
@@ -150,6 +186,90 @@ def convert_returnn(path):
     return result
 
 
+def optimizer_switches(result, settings, optimizer_params):
+    """`optimizer = {...}`, or the first of RETURNN's switches that is on, with `momentum`.
+
+    `rmsprop = 0.9` (a float) is RMSProp with that decay (TF1's `decay`, Keras' `rho`);
+    `rmsprop = True` RMSProp with TF1's decay 0.9. RETURNN asserts `momentum` is 0 with
+    adam, nadam, adadelta and adagrad; with rmsprop it is RMSProp's momentum; alone it
+    is TF1 momentum SGD.
+    """
+    data = result.data
+    momentum = settings.get("momentum")
+    if isinstance(momentum, Opaque):
+        result.drop("momentum", momentum.source, "needs the config to run to be known; write the value")
+        momentum = None
+    if "optimizer" in settings:
+        value = settings["optimizer"]
+        if is_plain(value):
+            data["optimizer"] = plain(value)  # {class: adam, ...}: the compat pass reads it
+            if momentum and takes_momentum(value):
+                optimizer_params["momentum"] = momentum
+            elif momentum:
+                result.drop("momentum", momentum, "RETURNN passes momentum only to an optimizer class taking "
+                            "it; this one does not")
+        else:
+            result.drop("optimizer", shown(value), "needs the config to run to be known; write the value")
+        return
+    for key in (*OPTIMIZER_FLAGS, *OTHER_FLAGS):
+        value = settings.get(key)
+        if isinstance(value, Opaque):
+            result.drop(key, value.source, "needs the config to run to be known; write the value")
+            continue
+        is_float = key == "rmsprop" and isinstance(value, float)
+        if not (value is True or is_float or (isinstance(value, int) and not isinstance(value, bool) and value)):
+            continue
+        data["optimizer"] = {**OPTIMIZER_FLAGS, **OTHER_FLAGS}[key]
+        if is_float:
+            optimizer_params["rho"] = value
+            result.notes.append(f"rmsprop: {value} is RMSProp's decay (TF1 decay, Keras rho), as RETURNN reads a float")
+        if key == "rmsprop" and momentum:
+            optimizer_params["momentum"] = momentum
+        elif momentum:
+            result.drop("momentum", momentum, f"RETURNN refuses momentum with {key} (its updater asserts it is 0)")
+        return
+    if momentum:
+        data["optimizer"] = "Momentum"
+        optimizer_params["momentum"] = momentum
+        result.notes.append(f"momentum: {momentum} with no optimizer switched on is RETURNN's TF1 momentum SGD")
+
+
+def takes_momentum(block):
+    """Whether RETURNN's `optimizer = {"class": ...}` names a class with a `momentum` argument."""
+    from opt_train.config.compat import resolved
+    from opt_train.optimizers import specs
+
+    name = block.get("class") if isinstance(block, dict) else block
+    try:
+        return "momentum" in specs.spec(resolved(name))
+    except (ValueError, TypeError):
+        return True  # not a registered name: carried, and the validator names what is wrong
+
+
+def partition_epoch(result, settings, path):
+    """RETURNN's `partition_epoch` of the `train` dataset: its epochs (num_epochs, learning_rates) are sub-epochs.
+
+    Returns the partition (1 when there is none); names the key in a note when the
+    dataset cannot be read without running the config.
+    """
+    train = settings.get("train")
+    if isinstance(train, dict):
+        value = train.get("partition_epoch")
+        if value is None:
+            return 1
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        result.notes.append(f"train.partition_epoch: {shown(value)} needs the config to run to be known; "
+                            "num_epochs and learning_rates count its sub-epochs: divide them by it")
+        return 1
+    with open(path, encoding="utf-8") as handle:
+        mentioned = "partition_epoch" in handle.read()
+    if mentioned and train is not None:
+        result.notes.append("train: its partition_epoch needs the config to run to be known; RETURNN counts "
+                            "num_epochs and learning_rates in sub-epochs of it: divide them by it")
+    return 1
+
+
 def returnn_epsilon(result):
     """RETURNN passes `optimizer_epsilon` (default 1e-16) to every optimizer taking an epsilon."""
     from opt_train.optimizers import specs
@@ -166,25 +286,37 @@ def returnn_epsilon(result):
                             "default would differ)")
 
 
-def learning_rates(result, rates, settings):
-    """`learning_rates = [...]`, one rate per epoch: a piecewise policy switching on each epoch's first update.
+def learning_rates(result, rates, settings, partition=1):
+    """`learning_rates = [...]`, one rate per (sub-)epoch: a piecewise policy switching on each one's first update.
 
     RETURNN's ConstantLearningRate gives an epoch past the list the rate of the last
     epoch before it, so the list's last value holds to the end; `learning_rate` is
-    then used by no epoch.
+    then used by no epoch. With `partition_epoch` P RETURNN's epochs are sub-epochs,
+    so entry k starts at k / P of a pass over the data.
     """
-    if not isinstance(rates, list) or not rates or not is_plain(rates):
-        result.drop("learning_rates", shown(rates), "needs the config to run to be known; write the list")
+    if isinstance(rates, tuple):
+        rates = list(rates)
+    if not isinstance(rates, list) or not rates or not is_plain(rates) or not all(
+            isinstance(rate, (int, float)) and not isinstance(rate, bool) for rate in rates):
+        result.drop("learning_rates", shown(rates), "needs the config to run to be known; write lr_policy "
+                    "piecewise with these rates (lr_policy: (fill in) until then)")
+        result.data["lr_policy"] = FILL_IN
         return None
     base = float(rates[0])
+    if base <= 0:
+        result.drop("learning_rates", shown(rates), "starts at 0, and opt-train's piecewise rates are relative "
+                    "to the first: write lr_policy (lr_policy: (fill in) until then)")
+        result.data["lr_policy"] = FILL_IN
+        return None
     if len(rates) > 1:
         result.data["lr_policy"] = "piecewise"
         result.data["lr_policy_params"] = {
-            "boundaries": list(range(1, len(rates))),
+            "boundaries": [k / partition for k in range(1, len(rates))] if partition > 1 else list(range(1, len(rates))),
             "decay_rates": [float(rate) / base for rate in rates[1:]],
             "switch_on_boundary": True,
         }
-    result.notes.append(f"learning_rates: epoch k trains at learning_rates[k-1] from its first update "
+    unit = f"sub-epoch k (1/{partition} of a pass, partition_epoch {partition})" if partition > 1 else "epoch k"
+    result.notes.append(f"learning_rates: {unit} trains at learning_rates[k-1] from its first update "
                         f"(base {base}), and the last value holds after the list, as in RETURNN")
     if "learning_rate" in settings:
         result.notes.append("learning_rate: unused where learning_rates covers epoch 1 (RETURNN's default "
@@ -194,7 +326,8 @@ def learning_rates(result, rates, settings):
 
 NOT_NOAM = ("a function opt-train does not run; RETURNN's Noam example "
             "(learning_rate * noam(n=global_train_step, warmup_n=..., model_d=...)) becomes lr_policy "
-            "transformer, this one was not recognised: write lr_policy and lr_policy_params")
+            "transformer, this one was not recognised: write lr_policy and lr_policy_params "
+            "(lr_policy: (fill in) until then)")
 
 
 def dynamic_learning_rate(result, path, names):
@@ -213,11 +346,14 @@ def dynamic_learning_rate(result, path, names):
     if function is None:
         value = names.get("dynamic_learning_rate")
         if value is not None:
-            result.drop("dynamic_learning_rate", shown(value), "cyclic decay within an interval has no opt-train policy")
+            result.drop("dynamic_learning_rate", shown(value), "has no opt-train policy: write lr_policy "
+                        "(lr_policy: (fill in) until then)")
+            result.data["lr_policy"] = FILL_IN
         return None
     found = noam_parameters(function, functions, source, path, names)
     if found is None:
         result.drop("dynamic_learning_rate", f"def dynamic_learning_rate (line {function.lineno})", NOT_NOAM)
+        result.data["lr_policy"] = FILL_IN  # training on at a constant rate is not what the config meant
         return None
     params, uses_rate = found
     result.data["lr_policy"] = "transformer"
@@ -281,8 +417,8 @@ def step_offset(node):
     return None
 
 
-def newbob(result, control, settings):
-    """`learning_rate_control = "newbob*"` and its parameters -> `lr_control`."""
+def newbob(result, control, settings, partition=1):
+    """`learning_rate_control = "newbob*"` and its parameters -> `lr_control`; a note for each that differs."""
     from opt_train.config.compat import LR_CONTROLS
 
     mode = NEWBOB_MODES[control]
@@ -291,11 +427,36 @@ def newbob(result, control, settings):
         if key in settings and name in LR_CONTROLS[mode] and is_plain(settings[key]):
             block[name] = settings[key]
     result.data["lr_control"] = block
-    result.drop("eval_steps", "(RETURNN: every epoch)",
-                "lr_control acts on each evaluation: set eval_steps to the updates in one epoch")
+    every = f"one sub-epoch (1/{partition} of a pass, partition_epoch {partition})" if partition > 1 else "one epoch"
+    result.drop("eval_steps", f"(RETURNN: every {'sub-' if partition > 1 else ''}epoch)",
+                f"lr_control acts on each evaluation: set eval_steps to the updates in {every}")
+    measure = settings.get("learning_rate_control_error_measure")
+    if measure is not None:
+        error_measure(result, measure)
+    least = settings.get("learning_rate_control_min_num_epochs_per_new_lr")
+    if least:
+        result.notes.append(f"learning_rate_control_min_num_epochs_per_new_lr: {shown(least)} -- RETURNN keeps a "
+                            "new rate at least that many epochs; lr_control may change it at every evaluation")
     if control == "newbob_multi_epoch":
-        result.notes.append("learning_rate_control newbob_multi_epoch: lr_control newbob compares successive "
-                            "evaluations; RETURNN averaged newbob_multi_num_epochs sub-epoch scores")
+        over = settings.get("newbob_multi_num_epochs", 5)
+        interval = settings.get("newbob_multi_update_interval", over)
+        result.notes.append(f"learning_rate_control newbob_multi_epoch: lr_control newbob compares successive "
+                            f"evaluations; RETURNN compared the mean score of newbob_multi_num_epochs ({shown(over)}) "
+                            f"epochs every newbob_multi_update_interval ({shown(interval)}) epochs")
+
+
+def error_measure(result, measure):
+    """RETURNN's `learning_rate_control_error_measure` -> lr_control's `monitor`, or a note why not."""
+    text = measure if isinstance(measure, str) else shown(measure)
+    if isinstance(measure, str) and measure.startswith("dev_score") and not measure.endswith(":exp"):
+        result.notes.append(f"learning_rate_control_error_measure: {measure!r} is the dev loss: lr_control "
+                            "monitors eval loss")
+    elif isinstance(measure, str) and measure.startswith("dev_score") and measure.endswith(":exp"):
+        result.notes.append(f"learning_rate_control_error_measure: {measure!r} is exp(dev loss) (perplexity); "
+                            "lr_control compares eval loss, whose relative change differs")
+    else:
+        result.notes.append(f"learning_rate_control_error_measure: {text} -- RETURNN's error rate of an output "
+                            "layer has no opt-train eval metric; lr_control monitors eval loss instead")
 
 
 def accumulate_as_sum(result):

@@ -186,6 +186,9 @@ class TF1OptimizerAPI:
         callable (or a tensor computed under `tape`). A gradient is None for a
         variable the loss does not depend on, as in TF1.
         """
+        if var_list is not None and not callable(var_list):
+            var_list = list(var_list)
+            _check_optimizable(var_list)
         if callable(loss):
             if tape is not None:
                 raise ValueError("`tape` must be None when `loss` is callable.")
@@ -207,6 +210,7 @@ class TF1OptimizerAPI:
         if not var_list:
             # TF1's words.
             raise ValueError("No variables to optimize.")
+        _check_optimizable(var_list)
         grads = tape.gradient(
             loss_value, [_tf_variable(v) for v in var_list], output_gradients=grad_loss
         )
@@ -234,6 +238,10 @@ class TF1OptimizerAPI:
                 stacklevel=2,
             )
         grads, variables = zip(*kept)
+        for variable in variables:
+            if isinstance(variable, tf.Tensor) and not isinstance(variable, tf.Variable):
+                # TF1's _TensorProcessor.update_op: a tensor's gradient can be computed, not applied.
+                raise NotImplementedError("Trying to update a Tensor ", variable)
         self.apply(list(grads), list(variables))
         if global_step is not None:
             global_step.assign_add(1)
@@ -371,6 +379,14 @@ class Optimizer(TF1OptimizerAPI, keras.optimizers.Optimizer):
         if self.use_locking:
             config["use_locking"] = True
         return config
+
+
+def _check_optimizable(var_list):
+    """TF1's _get_processor: a tensor is accepted (its gradient can be read; apply_gradients
+    refuses it); anything else is refused, in TF1's words."""
+    for variable in var_list:
+        if not isinstance(variable, (tf.Variable, keras.Variable, tf.Tensor)):
+            raise NotImplementedError("Trying to optimize unsupported type ", variable)
 
 
 def _tf_variable(variable):

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from opt_train.optimizers.base import TF1OptimizerAPI, keras_serializable
+from opt_train.errors import ParamError
 from opt_train.optimizers.specs import OPTIMIZER_PARAMS, base_args, check_args
 
 
@@ -133,10 +134,13 @@ class KerasFamilyMixin(TF1OptimizerAPI):
         given.update(given.pop("kwargs", {}))
         own = OPTIMIZER_PARAMS[self._registry_name]
         # Keras owns `learning_rate` (a float, a schedule or a variable from `from_config`).
-        check_args(
-            self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"}
-        )
-        base_args({k: v for k, v in given.items() if k not in own})
+        try:
+            check_args(
+                self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"}
+            )
+            base_args({k: v for k, v in given.items() if k not in own})
+        except ParamError as error:
+            raise _in_keras_words(type(self), error, given) from None
         deferred = {k: v for k, v in given.items() if k in self._hyperparameter_names() and callable(v)}
         # Keras checks its arguments' ranges in its constructor: it sees the callables' current values.
         super().__init__(**{**given, **{k: _checkable(v) for k, v in deferred.items()}})
@@ -186,6 +190,23 @@ class KerasFamilyMixin(TF1OptimizerAPI):
             if per_variable and any(v is not None for v in per_variable):
                 slots[slot_name] = per_variable
         return slots
+
+
+def _in_keras_words(cls, error, given):
+    """`error` (its param and code kept) worded as the Keras class words the same refusal, where Keras refuses.
+
+    Code written against Keras matches its messages (Keras's own tests do); where Keras
+    accepts what the table refuses, the table's wording stays.
+    """
+    keras_class = next(base for base in cls.__mro__ if base.__module__.startswith("keras."))
+    arguments = {k: _checkable(v) if callable(v) and k != "learning_rate" else v for k, v in given.items()}
+    try:
+        keras_class(**arguments)
+    except ValueError as keras_error:
+        return ParamError(error.param, error.code, error.message, error.value, text=str(keras_error), key=error.key)
+    except Exception:  # noqa: BLE001 - Keras failing otherwise says nothing about the wording
+        return error
+    return error
 
 
 def _checkable(value):

@@ -66,14 +66,14 @@ class BackoffScaler(tf.Module):
 
     Args:
         scale_min: lower bound of the scale. Defaults to `1.0`.
-        scale_max: upper bound and initial scale. Defaults to `2**24`.
+        scale_max: upper bound and initial scale. Defaults to `2**14` (OpenSeq2Seq's).
         step_factor: factor applied on overflow (divide) and growth. Defaults to `2.0`.
         step_window: finite updates between two growths. Defaults to `2000`.
     """
 
     needs_amax = False
 
-    def __init__(self, scale_min=1.0, scale_max=2.0**24, step_factor=2.0, step_window=2000):
+    def __init__(self, scale_min=1.0, scale_max=2.0**14, step_factor=2.0, step_window=2000):
         super().__init__(name="backoff_scaler")
         params = names.check_loss_scaler_params(
             "Backoff",
@@ -128,7 +128,7 @@ class LogMaxScaler(tf.Module):
 
     Args:
         scale_min: lower bound of the scale. Defaults to `1.0`.
-        scale_max: upper bound of the scale. Defaults to `2**24`.
+        scale_max: upper bound of the scale. Defaults to `2**14` (OpenSeq2Seq's).
         log_max: sets the value recorded for an overflow. Defaults to `16.0`.
         beta1: decay of the mean's moving average. Defaults to `0.99`.
         beta2: decay of the variance's moving averages. Defaults to `0.999`.
@@ -137,7 +137,7 @@ class LogMaxScaler(tf.Module):
 
     needs_amax = True
 
-    def __init__(self, scale_min=1.0, scale_max=2.0**24, log_max=16.0, beta1=0.99, beta2=0.999,
+    def __init__(self, scale_min=1.0, scale_max=2.0**14, log_max=16.0, beta1=0.99, beta2=0.999,
                  overflow_std_dev=3.09):
         super().__init__(name="logmax_scaler")
         params = names.check_loss_scaler_params(

@@ -56,18 +56,20 @@ ITER_SIZE_MODE = p.one_of(*ITER_SIZE_MODES, kind="iter_size_mode", lower=True)
 _WINDOW = p.integer(1)
 
 # Loss-scaler algorithm -> {parameter: Param}. Backoff and LogMax keep
-# OpenSeq2Seq's defaults (automatic_loss_scaler.py); Dynamic is Keras's
+# OpenSeq2Seq's defaults (open_seq2seq/optimizers/automatic_loss_scaler.py at
+# NVIDIA/OpenSeq2Seq@8681d38: scale_max 2.**14 for both, Backoff's first scale is
+# scale_max, LogMax's is 1.0; 2.**24 was the default before its 2019 change); Dynamic is Keras's
 # LossScaleOptimizer rule (halve on overflow, double after N finite steps).
 LOSS_SCALER_PARAMS = {
     "Backoff": {
         "scale_min": Param(1.0, p.YAML_POSITIVE),
-        "scale_max": Param(2.0**24, p.YAML_POSITIVE),
+        "scale_max": Param(2.0**14, p.YAML_POSITIVE),
         "step_factor": Param(2.0, p.number(1, low_open=True, strings=True)),
         "step_window": Param(2000, _WINDOW),
     },
     "LogMax": {
         "scale_min": Param(1.0, p.YAML_POSITIVE),
-        "scale_max": Param(2.0**24, p.YAML_POSITIVE),
+        "scale_max": Param(2.0**14, p.YAML_POSITIVE),
         "log_max": Param(16.0, p.YAML_POSITIVE),
         "beta1": Param(0.99, p.YAML_FRACTION),
         "beta2": Param(0.999, p.YAML_FRACTION),
@@ -171,15 +173,12 @@ def check_larc_params(larc_params):
 
 
 def check_clip_and_larc(max_grad_norm, larc_params):
-    """Clipping by global norm and LARC exclude each other (as in OpenSeq2Seq)."""
-    if max_grad_norm is not None and larc_params is not None:
-        raise ParamError(
-            "larc_params", "conflict",
-            "cannot be used together with max_grad_norm (LARC already bounds each layer's update)",
-            text="`max_grad_norm` and `larc_params` cannot be used together: LARC already "
-            f"bounds each layer's update. Received: max_grad_norm={max_grad_norm!r}, "
-            f"larc_params={dict(larc_params)!r}",
-        )
+    """Clipping by global norm and LARC go together, as in OpenSeq2Seq: clip first, then LARC.
+
+    (OpenSeq2Seq's post_process_gradients clips, then rescales each layer by LARC's
+    ratio.) Nothing to refuse; kept as the one place that states the rule.
+    """
+    del max_grad_norm, larc_params
 
 
 def resolve_loss_scaler(name):

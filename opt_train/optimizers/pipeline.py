@@ -134,12 +134,11 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
         extra = [(f"after_{name}_{i}", t) for i, t in enumerate(after.get(place or name, ()))]
         return [(name, transform)] + extra
 
-    if clip_gradients is not None:
-        post = clip_by_global_norm(clip_gradients)
-    elif larc_params is not None:
-        post = larc(**larc_params)
-    else:
-        post = identity()
+    # OpenSeq2Seq's post_process_gradients order: clip by global norm, then LARC.
+    posts = [("clip", clip_by_global_norm(clip_gradients))] if clip_gradients is not None else []
+    if larc_params is not None:
+        posts.append(("larc", larc(**larc_params)))
+    post = named_chain(*posts) if len(posts) > 1 else posts[0][1] if posts else identity()
     per_update = named_chain(
         *[(f"after_accumulate_{i}", t) for i, t in enumerate(after.get("accumulate", ()))],
         *stage("allreduce", allreduce(backend, op="mean")),
@@ -171,7 +170,7 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
             running `loss` once at `build(batch)`.
         dtype: one of `names.DTYPES`; float16 / bfloat16 wrap the optimizer in
             `MixedPrecisionOptimizerWrapper`. Defaults to `"float32"`.
-        clip_gradients: `max_grad_norm`, or None. Excludes `larc_params`.
+        clip_gradients: `max_grad_norm`, or None. With `larc_params`, clipping runs first.
         summaries: names from `OPTIMIZER_SUMMARIES` added with `summarize=True`.
         larc_params: `{larc_eta, larc_mode, min_update, epsilon}`, or None.
         loss_scaling: a number (static) or "Backoff" / "LogMax" / "Dynamic". Defaults to `1.0`.

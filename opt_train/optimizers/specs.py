@@ -316,7 +316,9 @@ def param_errors(name, params):
     _, found = p.param_errors(
         table, params, display, required_by=f"by {display}", key_kind=f"parameter of {display}"
     )
-    errors += found
+    # From Python, TF1 and Keras take a callable or a tensor for any hyperparameter (as check_args).
+    errors += [error for error in found
+               if not (error.param in table and error.code != "unknown_key" and deferred(params.get(error.param)))]
     clips = [key for key in _CLIPS if params.get(key) is not None]
     if len(clips) > 1:
         errors.append(ParamError(

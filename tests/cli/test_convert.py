@@ -16,7 +16,14 @@ def test_convert_writes_yaml_that_validates(tmp_path, cli):
     data = yaml.safe_load(out.read_text())
     assert data["optimizer_params"] == {"momentum": 0.9, "learning_rate": 0.1}
     assert data["regularizer"] == "tf1_l2"
-    assert cli("validate", "--config", out, "--set", "num_gpus=1").exit_code == 0
+    # The model and data are OpenSeq2Seq classes: left to fill in, and validate says so in one line.
+    assert (data["model"], data["data"]) == ("(fill in)", "(fill in)")
+    refused = cli("validate", "--config", out, "--set", "num_gpus=1")
+    assert refused.exit_code == 2
+    assert f"{out}:" in refused.output and "model: is to be filled in" in refused.output
+    assert "data: is to be filled in" in refused.output and "Traceback" not in refused.output
+    filled = cli("validate", "--config", out, "--set", "num_gpus=1", "--set", "model=cnn", "--set", "data=digits")
+    assert filled.exit_code == 0, filled.output
 
 
 def test_convert_never_runs_the_config_and_imports_no_tensorflow(tmp_path):

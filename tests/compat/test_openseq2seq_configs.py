@@ -1,6 +1,7 @@
 """OpenSeq2Seq configs, transcribed: literal YAML validates and trains; `convert` of the .py gives the same run."""
 
 import math
+import re
 import pathlib
 
 import pytest
@@ -42,7 +43,7 @@ def test_convert_gives_the_literal_run(name, tmp_path):
     converted = tmp_path / "converted.yaml"
     converted.write_text(convert("openseq2seq", str(HERE / f"{name}.py")).to_yaml())
     literal = load_config([HERE / f"{name}.yaml"]).to_dict()
-    mine = load_config([converted]).to_dict()
+    mine = load_config([converted], ["model=mlp", "data=digits"]).to_dict()
     for key in SWAPPED:
         literal.pop(key), mine.pop(key)
     literal.pop("logdir"), mine.pop("logdir")
@@ -74,3 +75,55 @@ def test_literal_config_trains(name, tmp_path):
     assert math.isfinite(final["train/loss"])
     # OpenSeq2Seq's summaries, default or listed, reached TensorBoard's event file.
     assert list((tmp_path / "run").rglob("events.out.tfevents*"))
+
+
+def literal_transcription(name):
+    """Every key of the .py's base_params + train_params that YAML can hold, as an OpenSeq2Seq user
+    would copy it (encoder, data_layer, processed_data_folder, ... included), values unchanged."""
+    from opt_train.convert.pyconfig import is_plain, plain, read_config
+
+    names, _ = read_config(str(HERE / f"{name}.py"))
+    params = {**names["base_params"], **(names.get("train_params") or {})}
+    return {key: plain(value) for key, value in params.items() if is_plain(value)}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_whole_literal_transcription_validates_with_notes_not_unknown_keys(name, tmp_path):
+    raw = literal_transcription(name)
+    path = tmp_path / "literal.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    # num_gpus is the distribution issue's; the model and data are named, as a migrating user must.
+    config = load_config([path], ["num_gpus=null", "model=mlp", "data=digits"])
+    foreign = [key for key in ("encoder", "encoder_params", "decoder", "decoder_params", "data_layer",
+                               "data_layer_params", "processed_data_folder", "lm_vocab_file") if key in raw]
+    assert foreign
+    # One note line per key, at its file line ("literal.yaml:N: key: ...").
+    for key in foreign:
+        assert sum(bool(re.match(rf"{re.escape(str(path))}:\d+: {key}: ", note)) for note in config.notes) == 1, key
+
+
+@pytest.mark.parametrize("missing", ["model", "data"])
+def test_openseq2seq_model_or_data_without_opt_train_s_is_refused(missing, tmp_path):
+    from opt_train.config.issues import ConfigError
+
+    raw = literal_transcription("lm__lstm-wkt2-fp32")
+    path = tmp_path / "literal.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    other = "data=digits" if missing == "model" else "model=mlp"
+    with pytest.raises(ConfigError) as caught:
+        load_config([path], ["num_gpus=null", other])
+    found = [(issue.key, issue.code) for issue in caught.value.issues]
+    assert found == [(missing, "missing")]
+    message = caught.value.issues[0].message
+    assert ("encoder" if missing == "model" else "data_layer") in message
+
+
+@pytest.mark.slow
+def test_whole_literal_transcription_trains_when_given_a_model_and_data(tmp_path):
+    """Jasper: NovoGrad with OpenSeq2Seq's weight_decay, LARC, mixed precision with Backoff, its encoder keys."""
+    path = tmp_path / "literal.yaml"
+    path.write_text(yaml.safe_dump(literal_transcription("speech2text__jasper10x5_LibriSpeech_nvgrad")))
+    config, final = train_two_updates([path], tmp_path / "run", ["model=mlp", "data=synthetic_classification",
+                                                                 "data_params={num_examples: 64}"])
+    assert config.optimizer_params["coupled_weight_decay"] == 0.001
+    assert final["global_step"] == 2 and math.isfinite(final["train/loss"])

@@ -125,7 +125,7 @@ def returnn_noam(global_train_step, learning_rate, warmup_n, model_d):
 def test_returnns_noam_converts_to_returnns_numbers(tmp_path):
     converted = tmp_path / "noam.yaml"
     converted.write_text(convert("returnn", str(HERE / "transformer_noam.config")).to_yaml())
-    config = load_config([converted])
+    config = load_config([converted], ["model=mlp", "data=digits"])
     from opt_train.training.builder import learning_rate_schedule
 
     schedule, _ = learning_rate_schedule(config, 300000, 1)

@@ -111,7 +111,6 @@ CHECKS = [
     (model_registry.check_task, ("transformer", "classification"), {}, None, "out_of_range"),
     (names.check_larc_params, ({"larc_mode": "clip"},), {}, "larc_eta", "missing"),
     (names.check_larc_params, ({"larc_eta": 0.1, "larc_mode": "clamp"},), {}, "larc_mode", "unknown_name"),
-    (names.check_clip_and_larc, (1.0, {"larc_eta": 0.1}), {}, "larc_params", "conflict"),
     (names.check_loss_scaling, (128, {"step_window": 3}), {}, "loss_scaling_params", "conflict"),
     (names.check_loss_scaling, ("Backoff", {"scale_min": 4, "scale_max": 2}), {}, "scale_max", "out_of_range"),
     (names.check_loss_scaling, ("-1",), {}, "loss_scaling", "out_of_range"),

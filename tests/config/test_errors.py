@@ -22,7 +22,6 @@ BAD_CONFIGS = [
     ("checkpoints_zero", "max_steps: 10\nnum_checkpoints: 0\n", "out_of_range", "num_checkpoints", 2),
     ("overflows_zero", "max_steps: 10\nmax_consecutive_overflows: 0\n", "out_of_range", "max_consecutive_overflows", 2),
     ("steps_and_epochs", "max_steps: 10\nnum_epochs: 2\n", "conflict", "num_epochs", 2),
-    ("clip_and_larc", "max_steps: 10\nmax_grad_norm: 1.0\nlarc_params:\n  larc_eta: 0.002\n", "conflict", "larc_params", 3),
     ("larc_eta_negative", "max_steps: 10\nlarc_params:\n  larc_mode: scale\n  larc_eta: -0.1\n", "out_of_range", "larc_params.larc_eta", 4),
     ("larc_mode_unknown", "max_steps: 10\nlarc_params:\n  larc_mode: clamp\n  larc_eta: 0.1\n", "unknown_name", "larc_params.larc_mode", 3),
     ("larc_key_unknown", "max_steps: 10\nlarc_params:\n  larc_etta: 0.1\n", "unknown_key", "larc_params.larc_etta", 3),

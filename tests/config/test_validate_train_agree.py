@@ -64,7 +64,6 @@ CORPUS = [
     ("iter_size_zero", {"iter_size": 0}, "iter_size", "out_of_range", "pipeline"),
     ("iter_size_fraction", {"iter_size": 1.5}, "iter_size", "wrong_type", "pipeline"),
     ("max_grad_norm_negative", {"max_grad_norm": -1.0}, "max_grad_norm", "out_of_range", "pipeline"),
-    ("clip_and_larc", {"max_grad_norm": 1.0, "larc_params": {"larc_eta": 0.01}}, "larc_params", "conflict", "pipeline"),
     ("larc_eta_missing", {"larc_params": {"larc_mode": "scale"}}, "larc_params.larc_eta", "missing", "pipeline"),
     ("larc_mode_unknown", {"larc_params": {"larc_eta": 0.01, "larc_mode": "clamp"}}, "larc_params.larc_mode", "unknown_name", "pipeline"),
     ("larc_epsilon_zero", {"larc_params": {"larc_eta": 0.01, "epsilon": 0}}, "larc_params.epsilon", "out_of_range", "pipeline"),

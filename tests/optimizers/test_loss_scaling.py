@@ -67,8 +67,19 @@ def run_scaler(scaler, stream):
 def test_backoff_defaults_are_openseq2seq():
     scaler = AutomaticLossScaler("backoff")
     inner = scaler.scaler
-    assert (inner.scale_min, inner.scale_max, inner.step_factor, inner.step_window) == (1.0, 2.0**24, 2.0, 2000)
-    assert float(scaler.loss_scale) == 2.0**24
+    # NVIDIA/OpenSeq2Seq@8681d38 automatic_loss_scaler.py: BackoffScaler's params.get('scale_max', 2.**14),
+    # scale_min 1.0, step_factor 2.0, step_window 2000; its scale starts at scale_max.
+    assert (inner.scale_min, inner.scale_max, inner.step_factor, inner.step_window) == (1.0, 16384.0, 2.0, 2000)
+    assert float(scaler.loss_scale) == 16384.0
+
+
+def test_logmax_defaults_are_openseq2seq():
+    # The same file's LogMaxScaler: scale_max 2.**14, log_max 16., beta1 0.99, beta2 0.999,
+    # overflow_std_dev 3.09; its scale starts at 1.0.
+    inner = AutomaticLossScaler("logmax").scaler
+    assert (inner.scale_min, inner.scale_max, inner.log_max, inner.beta1, inner.beta2, inner.overflow_std_dev) == (
+        1.0, 16384.0, 16.0, 0.99, 0.999, 3.09)
+    assert float(inner.loss_scale) == 1.0
 
 
 def test_backoff_trajectory_matches_reference():
@@ -92,7 +103,7 @@ def test_logmax_trajectory_matches_reference():
 def test_logmax_defaults_on_finite_stream():
     stream = [a for a in amax_stream() if math.isfinite(a)][:20]
     ours = run_scaler(AutomaticLossScaler("logmax"), stream)
-    expected = numpy_logmax(stream, 1.0, 2.0**24, 16.0, 0.99, 0.999, 3.09)
+    expected = numpy_logmax(stream, 1.0, 2.0**14, 16.0, 0.99, 0.999, 3.09)
     np.testing.assert_allclose(ours, expected, rtol=2e-4)
 
 
@@ -175,11 +186,11 @@ def test_backoff_resumes_exactly_mid_window(tmp_path):
 
 
 def test_backoff_without_parameters_follows_openseq2seq_s_defaults():
-    """automatic_loss_scaler.py: scale_min 1.0, scale_max 2.**24 (also the first scale), factor 2.0, window 2000."""
+    """automatic_loss_scaler.py: scale_min 1.0, scale_max 2.**14 (also the first scale), factor 2.0, window 2000."""
     stream = [float(a) for a in 2.0 ** np.random.default_rng(2).normal(-6.0, 3.0, size=60)]
     for position in (0, 1, 2, 7, 30, 31):
         stream[position] = math.inf
     ours = run_scaler(get_loss_scaler("Backoff"), stream)
-    expected = numpy_backoff(stream, scale_min=1.0, scale_max=2.0**24, step_factor=2.0, step_window=2000)
+    expected = numpy_backoff(stream, scale_min=1.0, scale_max=16384.0, step_factor=2.0, step_window=2000)
     np.testing.assert_array_equal(ours, expected)
-    assert ours[0] == 2.0**23  # started at 2**24, halved by the first overflow
+    assert ours[0] == 8192.0  # started at 2**14, halved by the first overflow

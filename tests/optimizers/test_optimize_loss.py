@@ -160,11 +160,11 @@ def test_float16_with_backoff_trains_where_unscaled_gradients_underflow():
     w, x, loss = fp16_problem()
     scaled = optimize_loss(loss, keras.optimizers.SGD, {"learning_rate": 1e4}, None, var_list=[w],
                            dtype="float16", loss_scaling="Backoff",
-                           loss_scaling_params={"step_window": 4})
+                           loss_scaling_params={"step_window": 4, "scale_max": 2.0**24})
     for _ in range(12):
         result = scaled(x)
     skipped = int(result["skipped_steps"])
-    # 2**24 overflows float16 as soon as it meets the loss; Backoff halves it until it fits.
+    # 2**24 (set: the default is 2**14) overflows float16 as soon as it meets the loss; Backoff halves it until it fits.
     assert 0 < skipped < 12 and float(result["loss_scale"]) <= 2.0**16
     assert np.isfinite(w.numpy()).all()
     # float32 math: each applied step moves w by lr * 2 * mean(x @ w) * 1e-8 = 1e4 * 4e-8 (w barely moves).
@@ -260,9 +260,29 @@ def test_summaries_and_stats():
     assert "variable_norm/table" in result and "gradients/kernel" not in result
 
 
+def test_clip_then_larc_as_openseq2seq():
+    """Both given: clip by global norm, then LARC on the clipped gradient (post_process_gradients' order)."""
+    init, data = make_problem()
+    variables = make_variables(init)
+    before = [v.numpy().copy() for v in variables]
+    lr, cap, eta = 0.1, 0.05, 0.002
+    op = optimize_loss(make_loss(variables), "SGD", {"learning_rate": lr}, None, var_list=variables,
+                       clip_gradients=cap, larc_params={"larc_eta": eta})
+    batch = batches(data, MICRO)[0]
+    with tf.GradientTape() as tape:
+        value = make_loss(variables)(batch)
+    grads = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(value, variables)]
+    result = op(batch)
+    norm = np.sqrt(sum(np.sum(g**2) for g in grads))
+    assert norm > cap  # the clip acts, so the order shows
+    clipped = [g * cap / norm for g in grads]
+    for b, g, v in zip(before, clipped, variables):
+        ratio = min(max(eta * np.linalg.norm(b) / (lr * (np.linalg.norm(g) + 1e-7)), 1e-7), 1.0)
+        np.testing.assert_allclose(v.numpy(), b - lr * ratio * g, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(float(result["global_clipped_gradient_norm"]), cap, rtol=1e-5)
+
+
 def test_config_errors():
-    with pytest.raises(ValueError, match="cannot be used together"):
-        optimize_loss(lambda b: 0.0, "SGD", {}, None, clip_gradients=1.0, larc_params={"larc_eta": 0.1})
     with pytest.raises(ValueError, match="unknown summary 'gradient_norms'; did you mean 'gradient_norm'"):
         optimize_loss(lambda b: 0.0, "SGD", {}, None, summaries=["gradient_norms"])
     with pytest.raises(ValueError, match="`iter_size` must be an integer >= 1. Received: iter_size=0"):

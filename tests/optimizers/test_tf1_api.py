@@ -157,3 +157,72 @@ def test_adagrad_da_in_tf1s_signature_counts_from_the_global_step():
         reference.apply_gradients([(gradient, ref_var)], global_step=ref_step)
     assert int(ours_step.numpy()) == int(ref_step.numpy()) == 6
     np.testing.assert_allclose(ours_var.numpy(), ref_var.numpy(), rtol=1e-6)
+
+
+def test_callable_momentum_through_the_registry_matches_tf1():
+    """`get("MomentumOptimizer", momentum=callable)` (OpenSeq2Seq's optimize_loss path) as TF1's class."""
+    from opt_train.optimizers.registry import get
+
+    ours = get("MomentumOptimizer", learning_rate=0.1, momentum=lambda: 0.8)
+    reference = V1.MomentumOptimizer(0.1, momentum=lambda: 0.8)
+    ours_var, ref_var = tf.Variable([1.0, -2.0]), tf.Variable([1.0, -2.0])
+    for _ in range(3):
+        gradient = tf.constant([0.5, -0.25])
+        ours.apply_gradients([(gradient, ours_var)])
+        reference.apply_gradients([(gradient, ref_var)])
+    np.testing.assert_allclose(ours_var.numpy(), ref_var.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="`momentum` must be"):
+        get("MomentumOptimizer", learning_rate=0.1, momentum="fast")
+
+
+@pytest.mark.parametrize("name", ["GradientDescent", "Momentum", "Adam"])
+def test_compute_gradients_with_tensors_as_tf1(name):
+    """TF1's optimizer_test testComputeGradientsWithTensors: the gradient is computed, applying it raises.
+
+    TF1's own GradientDescentOptimizer is the reference; its slot optimizers fail earlier in eager
+    mode (an AttributeError making the slot), where ours raise TF1's NotImplementedError too.
+    """
+    x = tf.convert_to_tensor(1.0)
+    params = {"momentum": 0.9} if name == "Momentum" else {}
+    optimizers = [OPTIMIZER_CLS_NAMES[name](3.0, **params)]
+    if name == "GradientDescent":
+        optimizers.append(V1.GradientDescentOptimizer(3.0))
+    for optimizer in optimizers:
+        grads_and_vars = optimizer.compute_gradients(lambda: x * x, [x])
+        assert len(grads_and_vars) == 1
+        grad, x_as_var = grads_and_vars[0]
+        assert x_as_var is x and float(grad) == 2.0
+        with pytest.raises(NotImplementedError, match="Trying to update a Tensor"):
+            optimizer.apply_gradients(grads_and_vars)
+
+
+def test_compute_gradients_of_an_unsupported_type_as_tf1():
+    with pytest.raises(NotImplementedError, match="Trying to optimize unsupported type"):
+        OPTIMIZER_CLS_NAMES["GradientDescent"](0.1).compute_gradients(lambda: tf.constant(1.0), ["w"])
+
+
+KERAS_REFUSALS = [
+    ("SGD", "SGD", {"momentum": 1.5}),
+    ("Lion", "Lion", {"beta_1": 0.0}),
+    ("KerasFtrl", "Ftrl", {"initial_accumulator_value": -1.0}),
+    ("KerasFtrl", "Ftrl", {"learning_rate_power": 0.5}),
+    ("KerasFtrl", "Ftrl", {"l1_regularization_strength": -1.0}),
+    ("KerasFtrl", "Ftrl", {"l2_shrinkage_regularization_strength": -1.0}),
+    ("SGD", "SGD", {"clipnorm": 1.0, "clipvalue": 1.0}),
+    ("SGD", "SGD", {"ema_momentum": 1.5, "use_ema": True}),
+    ("AdamW", "AdamW", {"weight_decay": None}),
+    ("SGD", "SGD", {"learning_rate": "fast"}),
+]
+
+
+@pytest.mark.parametrize("ours, keras_name, kwargs", KERAS_REFUSALS)
+def test_keras_family_refuses_in_keras_s_words(ours, keras_name, kwargs):
+    import keras
+
+    with pytest.raises(ValueError) as expected:
+        getattr(keras.optimizers, keras_name)(**kwargs)
+    with pytest.raises(ValueError) as got:
+        OPTIMIZER_CLS_NAMES[ours](**kwargs)
+    assert str(got.value) == str(expected.value)
+    if hasattr(got.value, "code"):
+        assert got.value.code in ("out_of_range", "conflict", "wrong_type", "missing")

@@ -1,0 +1,110 @@
+"""OpenSeq2Seq's `run.py` command line (`--config_file=x --mode=train ...`) read as opt-train's, TF-free.
+
+run.py (NVIDIA/OpenSeq2Seq@8681d38, open_seq2seq/utils/utils.py `get_base_config`) takes
+`--config_file`, `--mode` (train by default; eval, train_eval, infer, interactive_infer),
+`--infer_output_file`, `--continue_learning`, `--no_dir_check`, `--benchmark`,
+`--bench_steps`, `--bench_start`, `--debug_port`, `--enable_logs`, `--use_xla_jit`, and
+overrides any scalar of `base_params` with `--key=value` (nested keys joined by `/`:
+`--optimizer_params/learning_rate=0.1`, `--use_horovod=True`). `translate` turns such a
+command line into opt-train's, with one note line for each flag whose meaning differs.
+"""
+
+from __future__ import annotations
+
+import click
+
+RUN_PY_FLAGS = ("--config_file",)
+MODES = ("train", "eval", "train_eval", "infer", "interactive_infer")
+# Flags run.py takes without a value (`--use_horovod` alone: the override `--use_horovod=True`).
+SWITCHES = ("--continue_learning", "--no_dir_check", "--benchmark", "--enable_logs", "--use_xla_jit", "--use_horovod")
+# Flags run.py takes with a value and opt-train has no use for (a note each).
+VALUED = ("--infer_output_file", "--debug_port", "--bench_steps", "--bench_start")
+NOTES = {
+    "--continue_learning": "opt-train continues the run in logdir whenever the config describes the same run "
+                           "(OpenSeq2Seq refused a logdir holding a checkpoint without this flag)",
+    "--no_dir_check": "opt-train checks logdir by what run it holds: a different run goes to <logdir>-N",
+    "--enable_logs": "opt-train always writes metrics.jsonl, events and the resolved config into logdir; "
+                     "stdout and stderr are not copied to logdir/logs",
+    "--debug_port": "no TensorFlow debugger: ignored",
+    "--use_xla_jit": "read as jit_compile=true",
+}
+
+
+def is_run_py(argv):
+    """True when the command line is run.py's (it names `--config_file`)."""
+    return any(arg == "--config_file" or arg.startswith("--config_file=") for arg in argv)
+
+
+def _pairs(argv):
+    """`(flag, value)` for each run.py argument: `--a=b`, `--a b`, or a switch with value None."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise click.UsageError(f"run.py takes only --flags; received {arg!r}")
+        flag, has_value, value = arg.partition("=")
+        if not has_value:
+            if flag in SWITCHES:
+                value = None
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value = argv[i + 1]
+                i += 1
+            else:
+                raise click.UsageError(f"{flag} needs a value (run.py: {flag}=VALUE)")
+        yield flag, value
+        i += 1
+
+
+def translate(argv):
+    """`(opt-train argv, notes)` for run.py's `argv`; a flag opt-train cannot honour is a `click.UsageError`."""
+    config, mode, benchmark, sets, notes = None, "train", False, [], []
+    bench = {}
+    for flag, value in _pairs(argv):
+        if flag == "--config_file":
+            config = value
+        elif flag == "--mode":
+            if value not in MODES:
+                raise click.UsageError(f"--mode: has to be one of {', '.join(MODES)} (as run.py). Received: {value!r}")
+            if value == "interactive_infer":
+                raise click.UsageError("--mode interactive_infer: run.py refuses it too (it is for notebooks)")
+            if value == "infer":
+                raise click.UsageError("--mode infer: OpenSeq2Seq's model classes decoded their infer data to "
+                                       "--infer_output_file; opt-train's is `opt-train predict --config CONFIG "
+                                       "--input EXAMPLES.npz --output OUT.npz` (the latest checkpoint in logdir)")
+            mode = value
+        elif flag == "--benchmark":
+            benchmark = True
+        elif flag == "--use_horovod" and value is None:
+            sets.append("use_horovod=true")
+        elif flag in ("--bench_steps", "--bench_start"):
+            bench[flag] = value
+        elif flag == "--use_xla_jit":
+            sets.append("jit_compile=true")
+            notes.append(f"{flag}: {NOTES[flag]}")
+        elif flag == "--infer_output_file":
+            notes.append(f"{flag}: used by --mode infer only: ignored")
+        elif flag in NOTES:
+            notes.append(f"{flag}: {NOTES[flag]}")
+        else:
+            # run.py's override of a base_params scalar: `/` nests, as its nest_dict.
+            sets.append(f"{flag[2:].replace('/', '.')}={value}")
+    if config is None:
+        raise click.UsageError("--config_file: required (run.py: --config_file=CONFIG)")
+    if benchmark:
+        # run.py's --benchmark: max_steps = --bench_steps (20), timing from --bench_start.
+        sets.append(f"max_steps={bench.get('--bench_steps', 20)}")
+        sets.append("num_epochs=null")
+        if "--bench_start" in bench:
+            sets.append(f"bench_start={bench['--bench_start']}")
+        command = ["train", "--config", config, "--benchmark"]
+        if mode == "train":
+            sets.append("eval_steps=null")
+        elif mode == "eval":
+            raise click.UsageError("--benchmark times training: give --mode train or train_eval with it")
+    else:
+        for flag in bench:
+            notes.append(f"{flag}: used with --benchmark only: ignored")
+        command = ["--config", config, "--mode", mode]
+    for item in sets:
+        command += ["--set", item]
+    return command, notes

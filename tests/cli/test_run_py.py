@@ -1,0 +1,96 @@
+"""OpenSeq2Seq's run.py command line (`--config_file=x --mode=train --key=value ...`) on opt-train."""
+
+import pytest
+import yaml
+
+from opt_train.cli.run_py import is_run_py, translate
+from tests.support import main_code, read_json, read_jsonl, run_python
+
+RUN = {
+    "model": "mlp", "model_params": {"hidden_units": [8]}, "data": "digits", "max_steps": 4,
+    "print_loss_steps": 2, "eval_steps": 2, "save_summaries_steps": None,
+    "optimizer": "Momentum", "optimizer_params": {"momentum": 0.9}, "lr_policy_params": {"learning_rate": 0.01},
+}
+
+
+def test_run_py_forms_become_opt_train_s():
+    argv = ["--config_file=x.yaml", "--mode", "train_eval", "--batch_size_per_gpu=64",
+            "--optimizer_params/learning_rate", "0.1", "--use_horovod=True", "--continue_learning"]
+    assert is_run_py(argv) and not is_run_py(["--config", "x.yaml"])
+    command, notes = translate(argv)
+    assert command == ["--config", "x.yaml", "--mode", "train_eval", "--set", "batch_size_per_gpu=64",
+                       "--set", "optimizer_params.learning_rate=0.1", "--set", "use_horovod=True"]
+    assert [note.split(":")[0] for note in notes] == ["--continue_learning"]
+
+
+def test_bare_use_horovod_is_true():
+    assert translate(["--config_file=x.yaml", "--use_horovod"])[0][-2:] == ["--set", "use_horovod=true"]
+
+
+def test_run_py_default_mode_is_train():
+    """run.py's --mode defaults to train (no evaluation)."""
+    assert translate(["--config_file", "x.yaml"])[0] == ["--config", "x.yaml", "--mode", "train"]
+
+
+def test_benchmark_is_train_benchmark_for_bench_steps():
+    command, _ = translate(["--config_file=x.yaml", "--benchmark", "--bench_steps=7", "--bench_start=3"])
+    assert command == ["train", "--config", "x.yaml", "--benchmark", "--set", "max_steps=7", "--set",
+                       "num_epochs=null", "--set", "bench_start=3", "--set", "eval_steps=null"]
+
+
+@pytest.mark.parametrize("flag, noted", [
+    ("--enable_logs", "stdout and stderr are not copied"), ("--no_dir_check", "<logdir>-N"),
+    ("--use_xla_jit", "jit_compile=true"), ("--debug_port=6064", "ignored"),
+])
+def test_flags_that_differ_are_named_in_one_line(flag, noted):
+    _, notes = translate(["--config_file=x.yaml", flag])
+    assert len(notes) == 1 and notes[0].startswith(flag.split("=")[0] + ": ") and noted in notes[0]
+
+
+def _main(*args):
+    return run_python(main_code(list(args), on_exit="print('exit', stop.code)", then=""))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--mode=infer"], "opt-train predict"),
+    (["--mode=interactive_infer"], "run.py refuses it too"),
+    (["--mode=serve"], "has to be one of train, eval, train_eval, infer, interactive_infer"),
+])
+def test_modes_opt_train_does_not_run_exit_2_in_one_line(args, fragment, write_config):
+    config = write_config(RUN)
+    done = _main(f"--config_file={config}", *args)
+    assert "exit 2" in done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and fragment in errors[0] and "Traceback" not in done.stderr
+
+
+def test_a_python_config_is_never_run_and_points_at_convert(tmp_path):
+    marker = tmp_path / "ran"
+    config = tmp_path / "jasper.py"
+    config.write_text(f"open({str(marker)!r}, 'w')\nbase_params = {{'num_epochs': 1}}\n")
+    for args in (["--config_file", config], ["validate", "--config", config], ["--config", config]):
+        done = _main(*args)
+        assert "exit 2" in done.stdout, (args, done.stdout, done.stderr)
+        assert f"opt-train convert openseq2seq {config} -o" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_run_py_command_line_trains_with_its_overrides(write_config, tmp_path):
+    config = write_config(RUN)
+    done = _main(f"--config_file={config}", "--mode=train", "--optimizer_params/momentum=0.5",
+                 "--use_horovod=False", "--enable_logs")
+    assert done.returncode == 0 and "exit 0" in done.stdout, done.stderr
+    assert "note: --enable_logs: " in done.stderr
+    run = tmp_path / "run"
+    assert yaml.safe_load((run / "config.yaml").read_text())["optimizer_params"]["momentum"] == 0.5
+    final = read_json(run / "final_metrics.json")
+    # --mode=train: no evaluation, as run.py's train mode.
+    assert final["global_step"] == 4 and not any(key.startswith("eval/") for key in final)
+    assert not any(key.startswith("eval/") for row in read_jsonl(run / "metrics.jsonl") for key in row)
+
+
+def test_help_still_leaves_tensorflow_out():
+    done = run_python(main_code(["--help"], on_exit="assert stop.code == 0"))
+    assert done.returncode == 0, done.stderr
+    assert "--config_file" in done.stdout
