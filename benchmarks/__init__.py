@@ -2,7 +2,7 @@
 
 Run everything with one command from the repository root:
 
-    python -m benchmarks.run [--quick] [--out benchmarks/results/latest.json]
+    python -m benchmarks.run [--quick] [--out FILE]   (default: benchmarks/results/<date>-harness.json)
 
 See benchmarks/README.md for what is measured and the latest figures.
 """

@@ -1,6 +1,6 @@
 """Input pipelines compared: the same data trained from TFRecord files and from memory (samples/s, peak RSS, resume cost).
 
-    python -m benchmarks.input_pipeline [--quick] [--rss-gib 1.0] [--out benchmarks/results/input_pipeline.json]
+    python -m benchmarks.input_pipeline [--quick] [--rss-gib 1.0] [--out FILE]
 
 1. Throughput: the default model (mlp [128], batch 64) on 64-feature examples, once
    with `data: npz` (in memory) and once with `data: tfrecord` (the same arrays written
@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 import yaml
+
+from benchmarks import results_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = {"model": "mlp", "model_params": {"hidden_units": [128]}}  # configs/default.yaml's model
@@ -208,7 +210,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few steps (smoke test only)")
     parser.add_argument("--rss-gib", type=float, default=1.0, help="size of the peak-RSS data set in GiB")
-    parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--out", help="write the figures as JSON here (default: benchmarks/results/<date>-input_pipeline.json)")
     parser.add_argument("--workdir", help="where the data sets are written (default: the system temp dir)")
     parser.add_argument("--child", nargs=2, metavar=("CONFIG", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -216,10 +218,9 @@ def main(argv=None):
         child(args.child[0], int(args.child[1]))
         return
     results = run_all(quick=args.quick, rss_gib=args.rss_gib, workdir=args.workdir)
-    if args.out:
-        from opt_train.atomic import write_text
+    from opt_train.atomic import write_text
 
-        write_text(args.out, json.dumps(results, indent=2) + "\n")
+    write_text(args.out or results_path.dated("input_pipeline", quick=args.quick), json.dumps(results, indent=2) + "\n")
     print(summary(results))
 
 

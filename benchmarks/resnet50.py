@@ -1,7 +1,7 @@
 """ResNet-50 on synthetic ImageNet-shaped batches: images/s of opt-train's loop, `Model.fit` and a hand-written loop.
 
     python -m benchmarks.resnet50 [--dtype float32|mixed] [--batch 32] [--image-size 224]
-                                  [--steps 10] [--repeats 3] [--out benchmarks/results/resnet50.json]
+                                  [--steps 10] [--repeats 3] [--out FILE]
     python -m benchmarks.resnet50 --quick --out /tmp/r.json   # a tiny MobileNet: checks the harness only
 
 The classic data-parallel figure, on one device: the same harness runs unchanged on a
@@ -22,11 +22,10 @@ import platform
 import sys
 import tempfile
 
-from benchmarks import timing
+from benchmarks import results_path, timing
 from benchmarks.scenarios import DEFAULT_CONFIG
 
 CONFIG = os.path.join(os.path.dirname(DEFAULT_CONFIG), "resnet50_synthetic.yaml")
-DEFAULT_OUT = os.path.join("benchmarks", "results", "resnet50.json")
 PREFETCHED_BATCHES = 4
 TARGET = ("opt_train/keras_fit", ">=", 1.0)
 
@@ -147,7 +146,7 @@ def parse(argv=None):
     parser.add_argument("--repeats", type=int, default=None, help="interleaved measurements (default 3)")
     parser.add_argument("--model", default=None, help="another keras.applications name (default: the config's ResNet50)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness; figures mean nothing")
-    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--out", help="where to write the JSON (default: benchmarks/results/<date>-resnet50.json)")
     args = parser.parse_args(argv)
     defaults = (
         {"batch": 2, "image_size": 32, "classes": 4, "steps": 1, "warmup": 1, "repeats": 1}
@@ -164,6 +163,7 @@ def main(argv=None):
     args = parse(argv)
     with tempfile.TemporaryDirectory(prefix="resnet50-bench-") as workdir:
         result = measure(args, workdir)
+    args.out = args.out or results_path.dated("resnet50", quick=args.quick)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2, sort_keys=True)

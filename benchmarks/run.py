@@ -1,6 +1,6 @@
 """Runs every measurement of the harness in one process and writes the results as JSON.
 
-    python -m benchmarks.run [--quick] [--out benchmarks/results/latest.json]
+    python -m benchmarks.run [--quick] [--out FILE]   (default: benchmarks/results/<date>-harness.json)
 
 `--quick` uses tiny models and few steps (for the smoke test); its figures mean nothing.
 """
@@ -19,11 +19,11 @@ import sys
 import tempfile
 import time
 
+from benchmarks import results_path
 from benchmarks import scenarios as setups
 from benchmarks import startup, timing
 from benchmarks.flops import MatmulProbe, mlp_step_flops
 
-DEFAULT_OUT = os.path.join("benchmarks", "results", "latest.json")
 PREFETCHED_BATCHES = 16
 COMPUTE_FEATURES = ("loss_scaling", "iter_size_4", "clipping", "larc")
 
@@ -319,7 +319,7 @@ def run_all(quick=False, workdir=None, sections=SECTIONS):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few steps (smoke test only)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"where to write the JSON (default {DEFAULT_OUT})")
+    parser.add_argument("--out", help="where to write the JSON (default: benchmarks/results/<date>-harness.json)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="run only these sections")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="opt_train_bench_")
@@ -327,6 +327,7 @@ def main(argv=None):
         results = run_all(quick=args.quick, workdir=workdir, sections=tuple(args.only))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    args.out = args.out or results_path.dated("harness", quick=args.quick)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(results, handle, indent=2)

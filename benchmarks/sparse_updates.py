@@ -2,7 +2,7 @@
 
     python -m benchmarks.sparse_updates                 # 1,000,000 x 64 table, 1,000 rows
     python -m benchmarks.sparse_updates --quick         # tiny sizes: checks the harness only
-    python -m benchmarks.sparse_updates --out r.json    # also writes the figures as JSON
+    python -m benchmarks.sparse_updates --out r.json    # the JSON here (default: results/<date>-sparse_updates.json)
 
 For each optimizer, updates of same-sized tables in one process, each compiled
 once with `tf.function` (median ms per update). The three sparse updates are
@@ -31,6 +31,8 @@ import argparse
 import json
 import statistics
 import time
+
+from benchmarks import results_path
 
 FULL = {"table_rows": 1_000_000, "width": 64, "rows": 1_000, "repeats": 10, "warmup": 2, "rounds": 10}
 QUICK = {"table_rows": 2_000, "width": 8, "rows": 16, "repeats": 2, "warmup": 1, "rounds": 1}
@@ -215,7 +217,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness only")
     parser.add_argument("--only", nargs="*", help="optimizer names (default: all)")
-    parser.add_argument("--out", help="also write the figures as JSON here")
+    parser.add_argument("--out", help="write the figures as JSON here (default: benchmarks/results/<date>-sparse_updates.json)")
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else FULL)
     names = args.only or list(_cases())
@@ -233,9 +235,9 @@ def main(argv=None):
         cells = [_cell(figures[c], 3 if "/" not in c else 2) for c in columns]
         print(f"{name:<10}" + "".join(f"{cell:>17}" for cell in cells))
     print(f"targets: opt_train/tf1 <= {TARGET_TF1_RATIO}, dense/opt_train >= {TARGET_DENSE_RATIO}")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=2)
+    out = args.out or results_path.dated("sparse_updates", quick=args.quick)
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=2)
     return results
 
 

@@ -33,3 +33,22 @@ def cli():
         return CliRunner().invoke(group, [str(a) for a in args], catch_exceptions=False)
 
     return run
+
+
+# A test over this many seconds belongs behind `@pytest.mark.slow`, so that `-m "not slow"`
+# stays a quick check. Reported at the end of a run, never failed on: durations depend on
+# the machine and its load.
+SLOW_SECONDS = 10.0
+_unmarked_slow = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > SLOW_SECONDS and "slow" not in report.keywords:
+        _unmarked_slow.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _unmarked_slow:
+        terminalreporter.section(f"tests over {SLOW_SECONDS:.0f} s not marked slow")
+        for seconds, nodeid in sorted(_unmarked_slow, reverse=True):
+            terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")

@@ -30,6 +30,7 @@ COMMANDS = {
     "predict": "opt_train.cli.predict:predict",
     "convert": "opt_train.cli.convert:convert",
     "data": "opt_train.cli.data:data",
+    "configs": "opt_train.cli.configs:configs",
 }
 
 # OpenSeq2Seq run.py's --mode: train_eval (the default) is `opt-train train`.
@@ -78,6 +79,7 @@ def cli(ctx, configs, overrides, mode):
     opt-train train --config configs/default.yaml
     opt-train validate --config x.yaml --set iter_size=4
     opt-train list optimizers
+    opt-train configs copy default .
 
     Exit codes: 0 done, 1 training failed, 2 bad usage or bad config.
     """

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train import usercode
-from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
+from opt_train.data.streams import epoch_seed, shuffled_batches, steps_per_epoch, stream_from
 from opt_train.data.task import Task
 from opt_train.usercode import UserCodeError
 
@@ -132,10 +132,7 @@ class FactoryData:
         else:
             self.train_examples, per_rank = total, total // size
             train = train.shard(size, rank)
-        self.steps_per_epoch = per_rank // batch_size
-        if self.steps_per_epoch < 1:
-            raise ValueError(f"`batch_size` must be at most the train examples per rank ({per_rank}). "
-                             f"Received: batch_size={batch_size}")
+        self.steps_per_epoch = steps_per_epoch(per_rank, batch_size)
         self.shard = train.map(cast, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         self.window = min(per_rank, SHUFFLE_WINDOW)
         self.seed, self.batch_size = seed, batch_size

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from opt_train.data import registry, sources
+from opt_train.data import registry, sources, streams
 from opt_train.data.task import Task
 
 
@@ -94,8 +94,8 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
 
     Raises:
         UnknownNameError: for an unknown dataset or parameter name.
-        ValueError: for a bad parameter value, or a train split too small for one
-            batch on every rank.
+        ValueError: for a bad parameter value; `ParamError` at `batch_size_per_gpu` for a
+            train split too small for one batch on every rank.
     """
     eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
     _check_sizes(batch_size, eval_batch_size, rank, size)
@@ -106,12 +106,7 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
         return _tfrecord_bundle(registry.check_params(canonical, params), batch_size, seed, rank, size, eval_batch_size)
     source = sources.load_source(canonical, registry.check_params(canonical, params))
     (x_train, y_train), (x_eval, y_eval) = source.train, source.eval
-    steps_per_epoch = (len(x_train) // size) // batch_size
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"`batch_size` must be at most the train examples per rank ({len(x_train) // size}). "
-            f"Received: batch_size={batch_size}"
-        )
+    steps_per_epoch = streams.steps_per_epoch(len(x_train) // size, batch_size)
     return DataBundle(
         train=train_dataset(x_train, y_train, batch_size=batch_size, seed=seed, rank=rank, size=size),
         eval=eval_dataset(x_eval, y_eval, batch_size=eval_batch_size),

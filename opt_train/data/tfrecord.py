@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
+from opt_train.data.streams import epoch_seed, shuffled_batches, steps_per_epoch, stream_from
 from opt_train.data.task import Task
 
 COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -169,12 +169,7 @@ class TFRecordData:
         self.parse = make_parser(params["features"], params["x"], params["y"], params["weight"], self.task)
         self.batch_size, self.seed, self.rank, self.size = batch_size, seed, rank, size
         self.shuffle_buffer = params["shuffle_buffer"]
-        self.steps_per_epoch = self.shard.records_per_epoch // batch_size
-        if self.steps_per_epoch < 1:
-            raise ValueError(
-                f"`batch_size` must be at most the train records per rank ({self.shard.records_per_epoch}). "
-                f"Received: batch_size={batch_size}"
-            )
+        self.steps_per_epoch = steps_per_epoch(self.shard.records_per_epoch, batch_size, "records")
         self.eval_files = (
             None if params["eval_files"] is None else expand_files(params["eval_files"], "eval_files")
         )

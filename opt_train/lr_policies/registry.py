@@ -22,7 +22,7 @@ from opt_train.lr_policies.params import (
 )
 from opt_train.suggest import Registry
 
-# Canonical short names, in the order the README lists them: a policy is registered
+# Canonical short names, in the order docs/lr-policies.md lists them: a policy is registered
 # by its parameter table.
 POLICY_NAMES = tuple(POLICY_PARAMS)
 

@@ -65,7 +65,8 @@ def build_application(name, params, task, regularizer=None):
     kwargs = {"pooling": "avg", **params, "include_top": include_top, "weights": None, "input_shape": image}
     if include_top:
         if task.kind != "classification":
-            raise ValueError(f"`model_params` include_top needs a classification task. Received: task={task.kind}")
+            raise ParamError("include_top", "conflict", "needs a classification task", task.kind,
+                             key="model_params.include_top")
         kwargs.pop("pooling")
         kwargs.update(classes=task.output_dim, classifier_activation=None)
     try:

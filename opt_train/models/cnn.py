@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import keras
 
+from opt_train.errors import ParamError
 from opt_train.models.layers import image_shape, output_head, task_input
 
 
 def image_shape_of(task):
-    """(height, width, channels) the model convolves over; ValueError when the task has none."""
+    """(height, width, channels) the model convolves over; a `ParamError` at `model` when the task has none."""
     image = image_shape(task)
     if image is None:
-        raise ValueError(
-            "Model `cnn` needs image-like inputs: (height, width[, channels]) per example, or a "
-            f"flat input the dataset gives an image shape for. Received: input_shape={tuple(task.input_shape)}, "
-            f"image_shape={task.image_shape}"
+        raise ParamError.at(
+            "model", "conflict",
+            "Model `cnn` needs image-like inputs: (height, width[, channels]) per example, or a flat input the "
+            f"dataset gives an image shape for. Received: input_shape={tuple(task.input_shape)}, "
+            f"image_shape={task.image_shape}",
         )
     return image
 

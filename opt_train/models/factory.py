@@ -7,6 +7,7 @@ import inspect
 import keras
 
 from opt_train import usercode
+from opt_train.errors import ParamError
 from opt_train.usercode import split_spec
 
 KEY = "model.factory"
@@ -49,7 +50,8 @@ def build_from_factory(spec, params, task):
     except usercode.UserCodeError as error:
         raise _named(spec, error) from None
     if not isinstance(model, keras.Model):
-        raise ValueError(f"Model factory '{target}' must return a keras.Model. Received: {type(model).__name__}")
+        raise ParamError.at(KEY, "wrong_type", f"Model factory '{target}' must return a keras.Model. "
+                            f"Received: {type(model).__name__}")
     if not model.built:
         try:
             model(keras.ops.zeros((1,) + tuple(task.input_shape), dtype=task.input_dtype))

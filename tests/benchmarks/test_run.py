@@ -49,6 +49,7 @@ def _pipeline_fields(figures):
         assert value["steps_per_sec"] > 0
 
 
+@pytest.mark.slow  # 113 s on 2 cores: every scenario and feature is traced and timed, if briefly
 def test_quick_run_writes_every_section(tmp_path):
     out = tmp_path / "results.json"
     run.main(["--quick", "--out", str(out), "--only", "baselines", "features", "matmul_bound"])

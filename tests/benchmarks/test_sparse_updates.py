@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from benchmarks import sparse_updates
 
 
+@pytest.mark.slow  # 17 s measured on 2 loaded cores; the other benchmark smoke runs are slow too
 def test_quick_run_reports_every_optimizer_and_ratio(tmp_path, capsys):
     out = tmp_path / "sparse.json"
     results = sparse_updates.main(["--quick", "--out", str(out)])

@@ -61,7 +61,8 @@ def test_errors_found_while_building_are_located_like_load_errors(cli, write_con
     [
         ("mlp", "digits", {"hidden_units": [32]}, "eval/accuracy"),
         ("cnn", "digits", {"filters": [4], "dense_units": 16}, "eval/accuracy"),
-        ("transformer", "reversal", {"d_model": 16, "num_heads": 2, "num_layers": 1, "ff_dim": 32}, "eval/perplexity"),
+        pytest.param("transformer", "reversal", {"d_model": 16, "num_heads": 2, "num_layers": 1, "ff_dim": 32},
+                     "eval/perplexity", marks=pytest.mark.slow),  # 33 s measured on 2 loaded cores
         ("mlp", "synthetic_regression", {"hidden_units": [16]}, "eval/mse"),
     ],
 )
@@ -103,6 +104,7 @@ def test_list_shows_every_name_with_parameters_and_defaults(cli):
         assert name in result.output
 
 
+@pytest.mark.slow  # 24 s measured on 2 loaded cores
 def test_benchmark_times_training_alone_from_a_fresh_start(cli, write_config, tmp_path):
     config = write_config({"max_steps": 30, "batch_size_per_gpu": 16, **TINY})
     assert cli("train", "--config", config).exit_code == 0  # leaves checkpoints behind

@@ -63,7 +63,8 @@ def test_convert_lists_what_it_could_not_carry():
 
 # Two configs train in the quick suite (tacotron_float's 1-unit bias under `variables`
 # summaries once crashed the loop); all of them with -m slow.
-QUICK = ("text2text__transformer-big", "text2speech__tacotron_float")
+# Trained in the fast subset; the others (transformer-big: 44 s on 2 loaded cores) are slow.
+QUICK = ("text2speech__tacotron_float",)
 
 
 @pytest.mark.parametrize(

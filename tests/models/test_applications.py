@@ -69,6 +69,7 @@ def test_include_top_uses_the_architectures_own_classifier():
     assert model.count_params() == reference.count_params()
 
 
+@pytest.mark.slow  # 144 s measured on 2 loaded cores: tracing and exporting a Keras application
 def test_a_small_application_trains_end_to_end_on_synthetic_images(cli, write_config, tmp_path):
     config = write_config({
         "model": {"keras_application": "MobileNet"},

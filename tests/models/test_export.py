@@ -72,6 +72,7 @@ def _cross_entropy(logits, labels):
     return float(-log_probs[np.arange(len(labels)), labels].mean())
 
 
+@pytest.mark.slow  # 34 s measured on 2 loaded cores: a fresh process loads the SavedModel
 def test_saved_model_without_opt_train_gives_the_evaluations_predictions(trained, tmp_path):
     saved_model = trained["logdir"] / "export" / "saved_model"
     script = SERVING_SCRIPT.format(

@@ -2,6 +2,7 @@
 
 import pathlib
 
+import pytest
 import tensorflow as tf
 
 from tests.support import read_json, read_jsonl
@@ -24,6 +25,7 @@ def _losses(logdir):
     return {r["step"]: r["loss"] for r in read_jsonl(pathlib.Path(logdir) / "metrics.jsonl") if "loss" in r}
 
 
+@pytest.mark.slow  # 35 s measured on 2 loaded cores: three runs
 def test_train_loss_after_a_resume_equals_the_uninterrupted_runs(cli, write_config, tmp_path):
     """The step-20 loss is the mean over updates 1-20 whether or not the run stopped at 10."""
     whole = write_config({**RUN, "max_steps": 30, "logdir": str(tmp_path / "whole")}, "whole.yaml")
@@ -38,6 +40,7 @@ def test_train_loss_after_a_resume_equals_the_uninterrupted_runs(cli, write_conf
     assert read_json(tmp_path / "whole" / "final_metrics.json")["train/loss"] == expected[30]
 
 
+@pytest.mark.slow  # 27 s measured on 2 loaded cores: a killed process and a resume
 def test_a_killed_runs_records_are_neither_duplicated_nor_glued_to_a_torn_line(cli, write_config, tmp_path):
     config = write_config({**RUN, "max_steps": 20, "print_loss_steps": 5, "save_checkpoint_steps": 5})
     logdir = tmp_path / "run"

@@ -41,6 +41,7 @@ def test_max_steps_counts_applied_updates_unless_told(count_skipped, cli, write_
     assert [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r] == [5, 10, 15, 20]
 
 
+@pytest.mark.slow  # 37 s measured on 2 loaded cores: three runs
 def test_a_resumed_run_that_skips_updates_equals_the_uninterrupted_run(cli, write_config, tmp_path):
     whole = write_config({**SKIPPING, "max_steps": 30, "logdir": str(tmp_path / "whole")}, "whole.yaml")
     assert cli("train", "--config", whole).exit_code == 0

@@ -1,6 +1,7 @@
 """TensorBoard summaries as a user reads them: every summary name, scalars and histograms, right values."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -14,6 +15,7 @@ def _events(directory):
     return {tag: accumulator.Tensors(tag) for tag in accumulator.Tags()["tensors"]}
 
 
+@pytest.mark.slow  # 22 s measured on 2 loaded cores: every histogram and scalar summary each step
 def test_every_summary_is_written_with_the_right_values(cli, tmp_path):
     logdir = tmp_path / "run"
     summaries = [name for name in OPTIMIZER_SUMMARIES if name != "larc_summaries"]
