@@ -164,6 +164,10 @@ class Session:
             # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
             os.makedirs(config.logdir, exist_ok=True)
             config.dump(os.path.join(config.logdir, "config.yaml"))
+            if not self.benchmark:
+                from opt_train.training.hparams import write_run_hparams
+
+                write_run_hparams(config)  # HParams tab: every run, not only a sweep's trials
             if resume:
                 # A killed run's records after the restored step are done again: drop them.
                 self.reporter.resume(self.step)
