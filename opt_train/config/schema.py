@@ -88,6 +88,8 @@ class TrainConfig:
     print_loss_steps: int = 100
     eval_steps: int | None = None
     random_seed: int = 0
+    # TensorFlow's op determinism plus every seed: two runs give bitwise-equal weights (training/builder.py).
+    deterministic: bool = False
     jit_compile: bool = False
     python_path: tuple = ()
     sweep: dict | None = None

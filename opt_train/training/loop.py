@@ -185,6 +185,8 @@ class Session:
             f"training {config.model} on {config.data} with {config.optimizer}: "
             f"{self.run.max_steps} updates, global batch {self.run.global_batch}"
         )
+        if config.deterministic:
+            self.progress.message(f"deterministic: op determinism on, random_seed {config.random_seed}")
         if self.step >= self.run.max_steps:
             self.progress.message(f"nothing to train: step {self.step} has reached max_steps")
 
