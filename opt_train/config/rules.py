@@ -161,4 +161,13 @@ def summaries(name, value):
     return tuple(checked)
 
 
+def profile_steps(name, value):
+    """`[start, end]`: the updates a TensorBoard profile covers, 1 <= start <= end."""
+    text = "a list [start, end] of update numbers with 1 <= start <= end"
+    steps = p.list_of(p.integer(1), text=text)(name, value)
+    if len(steps) != 2 or steps[0] > steps[1]:
+        p.fail(name, "out_of_range", f"must be {text}", value, text)
+    return tuple(steps)
+
+
 regularizer = p.optional(p.one_of(*REGULARIZERS, kind="regularizer", lower=True))

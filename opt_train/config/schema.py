@@ -90,6 +90,8 @@ class TrainConfig:
     random_seed: int = 0
     # TensorFlow's op determinism plus every seed: two runs give bitwise-equal weights (training/builder.py).
     deterministic: bool = False
+    # [start, end]: a TensorBoard profile of these updates in logdir/plugins/profile (`train --profile`).
+    profile_steps: tuple | None = None
     jit_compile: bool = False
     python_path: tuple = ()
     sweep: dict | None = None

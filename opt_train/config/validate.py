@@ -64,6 +64,7 @@ FIELD_RULES = {
     # NumPy's and Python's generators take seeds in [0, 2**32): Keras seeds all three from it.
     "random_seed": p.integer(0, high=2**32 - 1),
     "deterministic": p.boolean,
+    "profile_steps": p.optional(rules.profile_steps),
     "jit_compile": p.boolean,
     "python_path": rules.python_path,
     "sweep": p.optional(p.mapping),

@@ -118,6 +118,9 @@ class Session:
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.reporter = Reporter(config.logdir, enabled=self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
+        from opt_train.training.profiling import Profiler
+
+        self.profiler = Profiler(config, self.progress.message, enabled=self.chief and not benchmark)
         # A source without an eval split (TFRecord without eval_files) is not evaluated.
         evaluates = self.chief and run.data.eval is not None
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if evaluates else None
@@ -197,6 +200,7 @@ class Session:
         end = self.run.max_steps if until is None else min(until, self.run.max_steps)
         if self._interval_start is None:
             self._interval_start, self._interval_first = time.perf_counter(), self._position
+        self.profiler.at(self.step)
         while self.step < end:
             # Updates up to the next step where something happens run in one compiled
             # call; that step itself runs alone when it needs statistics or summaries.
@@ -212,6 +216,7 @@ class Session:
                 self._count_losses(result["loss"])
             # Skipped updates may not count: the step is what the train op says it is.
             self.step = int(train_op.global_step.numpy())
+            self.profiler.at(self.step)
             if self.step < target:
                 # Short of the target only when a stop policy fired, in the update that
                 # would have been the next step (a skipped update moves no step).
@@ -288,7 +293,7 @@ class Session:
             self._stop_check_every, config.print_loss_steps, config.save_summaries_steps,
             config.eval_steps, config.save_checkpoint_steps,
         ]
-        candidates = [end]
+        candidates = [end, *self.profiler.boundaries(self.step)]
         candidates += [(self.step // every + 1) * every for every in intervals if every]
         if self.benchmark and self.step < self.benchmark.warmup:
             candidates.append(self.benchmark.warmup)  # timing starts exactly there
@@ -346,6 +351,7 @@ class Session:
         return figures
 
     def close(self):
+        self.profiler.close()
         self.progress.close()
         self.reporter.close()
 
