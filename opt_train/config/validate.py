@@ -65,6 +65,7 @@ FIELD_RULES = {
     "random_seed": p.integer(0, high=2**32 - 1),
     "deterministic": p.boolean,
     "profile_steps": p.optional(rules.profile_steps),
+    "tracking": p.optional(rules.tracking),
     "jit_compile": p.boolean,
     "python_path": rules.python_path,
     "sweep": p.optional(p.mapping),

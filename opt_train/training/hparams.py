@@ -39,7 +39,7 @@ def config_hparams(resolved, first=None):
     """
     first = dict(first or {})
     values = {key: hparam_value(value) for key, value in first.items()}
-    for key, value in _leaves(resolved):
+    for key, value in leaves(resolved):
         if key in values or key in _NOT_HPARAMS:
             continue
         if isinstance(value, (bool, str, int, float)):
@@ -47,11 +47,12 @@ def config_hparams(resolved, first=None):
     return values
 
 
-def _leaves(mapping, prefix=""):
+def leaves(mapping, prefix=""):
+    """`(dotted key, value)` of every leaf of a nested mapping (an empty mapping has none)."""
     for key, value in mapping.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
-            yield from _leaves(value, dotted + ".")
+            yield from leaves(value, dotted + ".")
         else:
             yield dotted, value
 

@@ -116,8 +116,11 @@ class Session:
             optional={"micro_batches": run.train_op.fill_data_position},
         )
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
-        self.reporter = Reporter(config.logdir, enabled=self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
+        from opt_train.training.tracking import start_tracker
+
+        self.tracker = start_tracker(config, self.progress.message, enabled=self.chief and not benchmark)
+        self.reporter = Reporter(config.logdir, enabled=self.chief, tracker=self.tracker)
         from opt_train.training.profiling import Profiler
 
         self.profiler = Profiler(config, self.progress.message, enabled=self.chief and not benchmark)
@@ -331,6 +334,7 @@ class Session:
             from opt_train.training.reporting import write_final_metrics
 
             write_final_metrics(os.path.join(config.logdir, "final_metrics.json"), final)
+            self.tracker.finish(final)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
         return final
@@ -352,6 +356,7 @@ class Session:
 
     def close(self):
         self.profiler.close()
+        self.tracker.close()
         self.progress.close()
         self.reporter.close()
 

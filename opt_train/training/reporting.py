@@ -62,10 +62,12 @@ def run_and_tag(key):
 class Reporter:
     """Writes scalars and histograms to TensorBoard and scalar records to metrics.jsonl."""
 
-    def __init__(self, logdir, enabled=True):
+    def __init__(self, logdir, enabled=True, tracker=None):
         self.enabled = enabled
         if not enabled:
             return
+        # Every record also goes to the experiment tracker (training/tracking.py), if any.
+        self.tracker = tracker
         self.logdir = logdir
         # Event files are made on first use: a run refused at its restore leaves none behind.
         self._writers = {}
@@ -152,6 +154,8 @@ class Reporter:
             self.jsonl = open(self.jsonl_path, "a", encoding="utf-8")
         self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()
+        if self.tracker is not None:
+            self.tracker.log_figures(record)
 
     def close(self):
         if self.enabled:
