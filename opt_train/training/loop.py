@@ -126,7 +126,8 @@ class Session:
         self.profiler = Profiler(config, self.progress.message, enabled=self.chief and not benchmark)
         # A source without an eval split (TFRecord without eval_files) is not evaluated.
         evaluates = self.chief and run.data.eval is not None
-        self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if evaluates else None
+        self.evaluator = Evaluator(run.model, run.data, config.jit_compile,
+                                   optimizer=run.train_op.optimizer) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py).
@@ -442,7 +443,8 @@ class Session:
         self.reporter.eval_summaries(self.step, self.eval_results)
         self.reporter.record({"step": self.step, **{f"eval/{k}": v for k, v in self.eval_results.items()}})
         shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
-        self.progress.message(f"eval at step {self.step}: {shown}")
+        weights = " (EMA weights)" if self.evaluator.uses_ema else ""
+        self.progress.message(f"eval at step {self.step}{weights}: {shown}")
 
 
 def _without_flags(result):
