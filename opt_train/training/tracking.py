@@ -98,7 +98,7 @@ class MlflowTracker(NullTracker):
             self.client.update_run(self.run_id, status="RUNNING")
             self.say(f"MLflow: continuing run {self.run_id} at {self.uri}")
             return
-        experiment_id = self._experiment_id()
+        experiment_id = _experiment_id(self.client, self.experiment, self.uri)
         tags = {"opt_train.logdir": os.path.abspath(self.config.logdir)}
         parent = os.environ.get(PARENT_RUN_VARIABLE)
         if parent:
@@ -114,16 +114,6 @@ class MlflowTracker(NullTracker):
         for first in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[first:first + 100])
         self.say(f"MLflow: run {self.run_id} in experiment '{self.experiment}' at {self.uri}")
-
-    def _experiment_id(self):
-        found = self.client.get_experiment_by_name(self.experiment)
-        if found is not None:
-            return found.experiment_id
-        location = None
-        if self.uri.startswith("sqlite:///"):
-            # Beside the database, not in whatever folder the run was started from.
-            location = "file://" + os.path.join(os.path.dirname(self.uri[len("sqlite:///"):]), "mlartifacts")
-        return self.client.create_experiment(self.experiment, artifact_location=location)
 
     def log_figures(self, record):
         """A `metrics.jsonl` record: its numbers as metrics at its step (NaN/inf and text left out)."""
@@ -165,6 +155,66 @@ class MlflowTracker(NullTracker):
         """A run that ends any other way (failed, stopped, interrupted) is marked FAILED, not left RUNNING."""
         if self.run_id is not None and not self.finished:
             self.guarded(self.client.set_terminated, self.run_id, "FAILED")
+
+
+def _experiment_id(client, name, uri):
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        # Beside the database, not in whatever folder the run was started from.
+        location = "file://" + os.path.join(os.path.dirname(uri[len("sqlite:///"):]), "mlartifacts")
+    return client.create_experiment(name, artifact_location=location)
+
+
+class StudyRun:
+    """A sweep's parent MLflow run (its trials are its children); `environment` hands its id to the trial processes.
+
+    Kept in `DIR/mlflow_run.json`, so a resumed sweep adds its trials to the same
+    parent. Like a run's tracker, a failure is one line through `say` and no tracking.
+    """
+
+    def __init__(self, config, name, out, say):
+        settings = (config.tracking or {}).get("mlflow")
+        self.run_id = self.client = None
+        if settings is None:
+            return
+        # The trials' default store is beside their logdirs, i.e. in DIR: the study's too.
+        uri = settings.get("uri") or default_uri(os.path.join(out, "trial"))
+        try:
+            for variable, value in _HTTP_DEFAULTS.items():
+                os.environ.setdefault(variable, value)
+            from mlflow.tracking import MlflowClient
+
+            self.client = MlflowClient(tracking_uri=uri)
+            path = os.path.join(out, RUN_FILE)
+            known = read_json(path) or {}
+            if known.get("uri") == uri and known.get("run_id"):
+                self.run_id = known["run_id"]
+                self.client.update_run(self.run_id, status="RUNNING")
+            else:
+                experiment_id = _experiment_id(self.client, settings.get("experiment") or "opt-train", uri)
+                tags = {"opt_train.sweep": os.path.abspath(out)}
+                self.run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+                os.makedirs(out, exist_ok=True)
+                write_json(path, {"uri": uri, "run_id": self.run_id})
+            say(f"MLflow: study run {self.run_id} at {uri}; each trial is a child run")
+        except Exception as error:  # noqa: BLE001 - tracking never fails a sweep
+            self.run_id = None
+            say(f"warning: MLflow tracking off for this sweep ({uri}): {type(error).__name__}: "
+                f"{' '.join(str(error).split())[:300]}")
+
+    @property
+    def environment(self):
+        return {PARENT_RUN_VARIABLE: self.run_id} if self.run_id else {}
+
+    def close(self, status="FINISHED"):
+        if self.run_id:
+            try:
+                self.client.set_terminated(self.run_id, status=status)
+            except Exception:  # noqa: BLE001 - the warning was given at the start, or the server went since
+                pass
 
 
 def _param_text(value):

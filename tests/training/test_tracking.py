@@ -123,3 +123,25 @@ def test_validate_and_help_do_not_import_mlflow(write_config):
     done = run_python(main_code(["--help"], ["validate", "--config", config],
                                 then="assert 'mlflow' not in sys.modules, 'mlflow imported'\n"))
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, write_config, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
+                           "tracking": {"mlflow": {"uri": server, "experiment": "observe-sweep"}}})
+    out = tmp_path / "sweep"
+    done = subprocess.run(
+        [sys.executable, "-m", "opt_train", "sweep", "-c", str(config), "--grid",
+         "optimizer_params.learning_rate=0.1,0.01", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parent = read_json(out / "mlflow_run.json")["run_id"]
+    client = MlflowClient(tracking_uri=server)
+    experiment = client.get_experiment_by_name("observe-sweep")
+    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    records = read_jsonl(out / "results.jsonl")
+    assert sorted(run.info.run_name for run in children) == sorted(r["trial"] for r in records)
+    assert {run.data.params["optimizer_params.learning_rate"] for run in children} == {"0.1", "0.01"}
+    assert all(run.info.status == "FINISHED" for run in children)
+    assert client.get_run(parent).info.status == "FINISHED"
