@@ -229,7 +229,9 @@ class Session:
             if self.step % self._stop_check_every == 0 or self.step == self.run.max_steps:
                 self._stop_if_asked()
             if summarize:
-                self.reporter.summaries(self.step, _without_flags(result))
+                # On a reported step `loss` is the interval's mean, written by _report: one point per step.
+                drop = ("loss",) if reporting else ()
+                self.reporter.summaries(self.step, {k: v for k, v in _without_flags(result).items() if k not in drop})
             if reporting:
                 self._report(result)
             paused = time.perf_counter()

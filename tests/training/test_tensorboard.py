@@ -37,6 +37,19 @@ def test_train_and_eval_runs_share_tag_names_and_bookkeeping_has_its_own_prefix(
     assert {tag for tag in train | evaluation if "/" not in tag} == {"loss", "learning_rate", "accuracy"}
 
 
+def test_the_train_loss_curve_is_the_printed_loss_once_per_reported_step(logdir):
+    import tensorflow as tf
+
+    from tests.support import read_jsonl
+
+    multiplexer = _multiplexer(logdir)
+    points = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in multiplexer.Tensors("train", "loss")]
+    printed = [(r["step"], r["loss"]) for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r]
+    # Summaries and reports fall on the same steps here: still one point each, the interval's mean.
+    assert [step for step, _ in points] == [3, 6]
+    assert points == [(step, pytest.approx(loss, rel=1e-6)) for step, loss in printed]
+
+
 def test_a_single_run_has_an_hparams_session_of_its_resolved_config(logdir):
     multiplexer = _multiplexer(logdir)
     content = multiplexer.PluginRunToTagToContent(hparams_metadata.PLUGIN_NAME)
