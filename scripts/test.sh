@@ -4,7 +4,7 @@
 # e.g. `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+python -m pip install --quiet --disable-pip-version-check -e ".[dev,profile,mlflow]"
 bash scripts/install_horovod.sh
 bash scripts/install_postgres.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"

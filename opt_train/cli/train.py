@@ -40,8 +40,16 @@ from opt_train.cli.common import (
     metavar="HOST:SLOTS,...",
     help="With --np: where the workers run (default localhost:N); other hosts by password-less ssh.",
 )
-def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts):
+@click.option(
+    "--profile",
+    default=None,
+    metavar="START:END",
+    help="A TensorBoard profile of updates START..END into logdir/plugins/profile (= profile_steps: [START, END]).",
+)
+def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts, profile):
     """Train the model a config describes; continues the run in logdir if it is the same run."""
+    if profile is not None:
+        overrides = (*overrides, _profile_override(profile))
     if resume_changed and (no_resume or benchmark):
         raise ConfigUsageError("--resume cannot be combined with --no-resume or --benchmark")
     if hosts and not num_proc:
@@ -61,6 +69,14 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
         from opt_train.training import train as run_training
 
         run_training(config, resume=not no_resume, benchmark=benchmark, resume_changed=resume_changed)
+
+
+def _profile_override(text):
+    """`--profile START:END` as the `profile_steps` override (the key's rule checks the numbers)."""
+    start, colon, end = text.partition(":")
+    if not colon or not start.strip().isdigit() or not end.strip().isdigit():
+        raise ConfigUsageError(f"--profile: {text!r} is not START:END (update numbers, e.g. 10:15)")
+    return f"profile_steps=[{int(start)}, {int(end)}]"
 
 
 def _launch(config, configs, overrides, flags, num_proc, hosts):

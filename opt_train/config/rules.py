@@ -161,4 +161,32 @@ def summaries(name, value):
     return tuple(checked)
 
 
+# `tracking: {mlflow: {uri, experiment}}` (training/tracking.py).
+MLFLOW_SPEC = {
+    "uri": p.Param(None, p.optional(p.string), "tracking URI; default: sqlite in the logdir's parent folder"),
+    "experiment": p.Param("opt-train", p.string, "MLflow experiment name"),
+}
+
+
+def _mlflow(name, value):
+    return p.check_params(MLFLOW_SPEC, {} if value is None else p.mapping(name, value), "tracking.mlflow")
+
+
+TRACKING_SPEC = {"mlflow": p.Param(None, p.optional(_mlflow), "log the run to MLflow (extra `mlflow`)")}
+
+
+def tracking(name, value):
+    """Where runs are logged besides the logdir: `{mlflow: {uri, experiment}}`."""
+    return p.check_params(TRACKING_SPEC, p.mapping(name, value), "tracking")
+
+
+def profile_steps(name, value):
+    """`[start, end]`: the updates a TensorBoard profile covers, 1 <= start <= end."""
+    text = "a list [start, end] of update numbers with 1 <= start <= end"
+    steps = p.list_of(p.integer(1), text=text)(name, value)
+    if len(steps) != 2 or steps[0] > steps[1]:
+        p.fail(name, "out_of_range", f"must be {text}", value, text)
+    return tuple(steps)
+
+
 regularizer = p.optional(p.one_of(*REGULARIZERS, kind="regularizer", lower=True))

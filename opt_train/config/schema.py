@@ -91,6 +91,12 @@ class TrainConfig:
     print_loss_steps: int = 100
     eval_steps: int | None = None
     random_seed: int = 0
+    # TensorFlow's op determinism plus every seed: two runs give bitwise-equal weights (training/builder.py).
+    deterministic: bool = False
+    # [start, end]: a TensorBoard profile of these updates in logdir/plugins/profile (`train --profile`).
+    profile_steps: tuple | None = None
+    # {mlflow: {uri, experiment}}: the run logged to an experiment tracker too (training/tracking.py).
+    tracking: dict | None = None
     jit_compile: bool = False
     python_path: tuple = ()
     sweep: dict | None = None

@@ -65,6 +65,9 @@ FIELD_RULES = {
     "eval_steps": _STEPS,
     # NumPy's and Python's generators take seeds in [0, 2**32): Keras seeds all three from it.
     "random_seed": p.integer(0, high=2**32 - 1),
+    "deterministic": p.boolean,
+    "profile_steps": p.optional(rules.profile_steps),
+    "tracking": p.optional(rules.tracking),
     "jit_compile": p.boolean,
     "python_path": rules.python_path,
     "sweep": p.optional(p.mapping),

@@ -428,11 +428,17 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
         queued += studies.requeue_failed(study, plan)
     name, url = studies.study_name(plan.spec, plan.out), studies.storage_url(plan.spec, plan.out)
     report(f"study {name} in {_hide_password(url)}: {queued} trials queued by this worker")
-    worker = _Worker(plan, study, report, thread_environment(parallel * plan.np))
+    from opt_train.config import load_config
+    from opt_train.training.tracking import StudyRun
+
+    # tracking: {mlflow: ...}: the study is one MLflow run, each trial a child of it.
+    parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
+    worker = _Worker(plan, study, report, {**thread_environment(parallel * plan.np), **parent.environment})
     try:
         run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
     finally:
         worker.close()
+        parent.close()
     return collect(plan, study, write_experiment=True)
 
 

@@ -1,5 +1,8 @@
 """TensorBoard HParams summaries for a sweep: the experiment (swept keys, metrics) in DIR and one session per trial logdir.
 
+A trial's session is the one every run writes (`training/hparams.py`), its swept keys
+first: the trial's curves stay in its `train` and `eval` runs, and the experiment's
+metrics point there (`accuracy` in group `eval`), so a trial adds no third run.
 TensorFlow and TensorBoard's hparams API are imported inside the functions, so
 planning a sweep stays TF-free. Each write replaces the event files the sweep wrote
 there before, so a resumed sweep shows each trial once.
@@ -7,24 +10,12 @@ there before, so a resumed sweep shows each trial once.
 
 from __future__ import annotations
 
-import glob
 import os
 
-from opt_train.sweep.plan import render
-from opt_train.sweep.status import is_number
+from opt_train.training.hparams import clear_session, config_hparams, hparam_value
 
-_EVENT_PATTERN = "events.out.tfevents.*"
 # Metrics listed for the dashboard besides the chosen one, when any trial has them.
-_USUAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss", "global_step", "skipped_steps")
-
-
-def hparam_value(value):
-    """A swept value as HParams takes it: bool, float or string (lists and mappings as their YAML text)."""
-    if isinstance(value, bool) or isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    return render(value)
+_USUAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss", "skipped_steps")
 
 
 def domain(key, values, distribution=None):
@@ -41,10 +32,26 @@ def domain(key, values, distribution=None):
     return hp.Discrete(sorted(converted))
 
 
-def _clear_events(directory):
-    """Removes the event files directly in `directory` (the sweep's own; runs keep theirs in subfolders)."""
-    for path in glob.glob(os.path.join(directory, _EVENT_PATTERN)):
-        os.remove(path)
+def _trial_hparams(logdir, overrides):
+    """The trial's swept values first, then the other scalar keys of the config it ran (its config.yaml)."""
+    import yaml
+
+    try:
+        with open(os.path.join(logdir, "config.yaml"), encoding="utf-8") as handle:
+            resolved = yaml.safe_load(handle) or {}
+    except OSError:  # a trial refused before it started has no config.yaml
+        resolved = {}
+    return config_hparams(resolved, first=overrides)
+
+
+def _metric(name):
+    """The HParams metric of a final-metrics key: its tag in the trial's `train` or `eval` run."""
+    from tensorboard.plugins.hparams import api as hp
+
+    from opt_train.training.reporting import run_and_tag
+
+    run, tag = run_and_tag(name)
+    return hp.Metric(tag, group=run, display_name=name)
 
 
 def write_experiment(out, swept_keys, rows, metric, ranges=None):
@@ -57,11 +64,17 @@ def write_experiment(out, swept_keys, rows, metric, ranges=None):
     for key in swept_keys:
         values = [row["overrides"][key] for row in rows if key in row.get("overrides", {})]
         hparams.append(hp.HParam(key, domain(key, values, ranges.get(key))))
+    # After the swept keys: every other scalar key of the configs the trials ran.
+    others = {}
+    for row in rows:
+        if row.get("logdir"):
+            others.update(_trial_hparams(row["logdir"], {}))
+    hparams += [hp.HParam(key) for key in others if key not in swept_keys]
     seen = {name for row in rows for name in (row.get("metrics") or {})}
     names = [metric] + [name for name in _USUAL_METRICS if name in seen and name != metric]
-    metrics = [hp.Metric(name, display_name=name) for name in names]
+    metrics = [_metric(name) for name in names]
     os.makedirs(out, exist_ok=True)
-    _clear_events(out)
+    clear_session(out)
     writer = tf.summary.create_file_writer(out)
     with writer.as_default():
         hp.hparams_config(hparams=hparams, metrics=metrics)
@@ -69,19 +82,11 @@ def write_experiment(out, swept_keys, rows, metric, ranges=None):
 
 
 def write_session(logdir, record):
-    """Writes one trial's session in its logdir: its swept values and, when it finished, its final metrics."""
-    import tensorflow as tf
-    from tensorboard.plugins.hparams import api as hp
+    """Writes one trial's session in its logdir: its swept values first, then its config's other scalar keys.
 
-    values = {key: hparam_value(value) for key, value in record["overrides"].items()}
-    metrics = record.get("metrics") or {}
-    step = int(metrics.get("global_step") or 0) if is_number(metrics.get("global_step")) else 0
-    os.makedirs(logdir, exist_ok=True)
-    _clear_events(logdir)
-    writer = tf.summary.create_file_writer(logdir)
-    with writer.as_default():
-        hp.hparams(values, trial_id=record["trial"])
-        for name, value in metrics.items():
-            if is_number(value):
-                tf.summary.scalar(name, float(value), step=step)
-    writer.close()
+    Its metrics are the last values of its `train` and `eval` runs, which the
+    experiment's metrics name.
+    """
+    from opt_train.training import hparams
+
+    hparams.write_session(logdir, _trial_hparams(logdir, record["overrides"]), group_name=record["trial"])

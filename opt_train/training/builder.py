@@ -39,7 +39,10 @@ def build_run(config, backend, *, with_train_op=True):
     from opt_train.optimizers.mixed_precision import dtype_policy_name
     from opt_train.training.compat import apply_initializer
 
+    # Python's, NumPy's and TensorFlow's generators; the data's shuffles take the seed itself (data/pipeline.py).
     keras.utils.set_random_seed(config.random_seed)
+    if config.deterministic:
+        enable_determinism()
     keras.mixed_precision.set_dtype_policy(dtype_policy_name(config.dtype))
 
     data = build_data_for(config, backend)
@@ -74,6 +77,18 @@ def build_run(config, backend, *, with_train_op=True):
             run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
+
+
+def enable_determinism():
+    """`deterministic: true`: every op TensorFlow runs picks its deterministic kernel (or raises).
+
+    With the seeds set by `build_run` and tf.data's deterministic order (the default,
+    which op determinism also enforces), two runs of one config give bitwise-equal
+    weights and figures. It holds for the whole process: a later run in it stays deterministic.
+    """
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
 
 
 def _memory_problem(config, task):

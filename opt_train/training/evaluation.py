@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from opt_train.training.errors import RunRefused, TrainingFailed
 
 
-class Evaluator:
-    """Runs the model over the eval split with a compiled step; returns plain floats."""
+def uses_ema(optimizer):
+    """Whether `optimizer` keeps Keras's moving average of the weights (`use_ema: true`)."""
+    return bool(getattr(optimizer, "use_ema", False))
 
-    def __init__(self, model, data, jit_compile=False):
+
+@contextlib.contextmanager
+def averaged_weights(optimizer):
+    """Inside: the trained variables hold the optimizer's moving averages (`use_ema`); after: their own values again.
+
+    Keras applies the averages only in `finalize_variable_values`, for good; a run
+    that goes on training needs them back, so the raw values are kept and restored.
+    The pairs are Keras's own (`_overwrite_model_variables_with_average_value`).
+    """
+    if not uses_ema(optimizer) or not getattr(optimizer, "built", False):
+        yield False
+        return
+    pairs = [(variable, average) for variable, average in
+             zip(optimizer._trainable_variables, optimizer._model_variables_moving_average) if average is not None]
+    raw = [tf.identity(variable) for variable, _ in pairs]
+    for variable, average in pairs:
+        variable.assign(average)
+    try:
+        yield True
+    finally:
+        for (variable, _), value in zip(pairs, raw):
+            variable.assign(value)
+
+
+class Evaluator:
+    """Runs the model over the eval split with a compiled step; returns plain floats.
+
+    With an `optimizer` that keeps an EMA of the weights (`use_ema`), it evaluates the averages.
+    """
+
+    def __init__(self, model, data, jit_compile=False, optimizer=None):
         self.model = model
+        self.optimizer = optimizer
+        self.uses_ema = uses_ema(optimizer)
         self.dataset = data.eval
         self.task = data.task
         self.metrics = data.task.make_metrics()
@@ -32,8 +67,9 @@ class Evaluator:
     def __call__(self):
         for metric in self.metrics.values():
             metric.reset_state()
-        for batch in self.dataset:  # (x, y) or, from a data factory, (x, y, sample_weight)
-            self._step(*batch)
+        with averaged_weights(self.optimizer):
+            for batch in self.dataset:  # (x, y) or, from a data factory, (x, y, sample_weight)
+                self._step(*batch)
         results = {name: float(metric.result()) for name, metric in self.metrics.items()}
         return self.task.finalize(results)
 

@@ -75,13 +75,18 @@ def export_at_end(run, say):
     The run's checkpoints are already written, so a failing export is reported through
     `say` instead of failing a run that trained.
     """
+    from opt_train.training.evaluation import averaged_weights
+
     directory = export_dir(run.config)
     try:
-        export_model(run.model, run.data.task, directory)
+        # With use_ema, what ships is the moving average of the weights, as Keras's fit() leaves it.
+        with averaged_weights(getattr(run.train_op, "optimizer", None)) as averaged:
+            export_model(run.model, run.data.task, directory)
     except (NotImplementedError, TypeError, ValueError) as error:  # e.g. a custom layer without get_config
         say(f"export to {directory} incomplete: {' '.join(str(error).split())[:300]}")
         return None
-    say(f"exported {os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/")
+    weights = " (EMA weights)" if averaged else ""
+    say(f"exported {os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/{weights}")
     return directory
 
 

@@ -23,7 +23,8 @@ LOCK_FILE = ".lock"
 NOT_RUN_KEYS = frozenset({
     "max_steps", "num_epochs", "logdir", "save_checkpoint_steps", "num_checkpoints",
     "save_summaries_steps", "print_loss_steps", "eval_steps", "eval_batch_size", "summaries",
-    "jit_compile", "sweep", "use_horovod", "distributed", "max_consecutive_overflows", "rank_timeout_secs",
+    "jit_compile", "deterministic", "profile_steps", "tracking", "sweep", "use_horovod", "distributed",
+    "max_consecutive_overflows", "rank_timeout_secs",
 })
 # Launchers that start one process per rank set these; a config must then ask for Horovod.
 _LAUNCHER_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")

@@ -120,11 +120,18 @@ class Session:
             optional={"micro_batches": run.train_op.fill_data_position},
         )
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
-        self.reporter = Reporter(config.logdir, enabled=self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
+        from opt_train.training.tracking import start_tracker
+
+        self.tracker = start_tracker(config, self.progress.message, enabled=self.chief and not benchmark)
+        self.reporter = Reporter(config.logdir, enabled=self.chief, tracker=self.tracker)
+        from opt_train.training.profiling import Profiler
+
+        self.profiler = Profiler(config, self.progress.message, enabled=self.chief and not benchmark)
         # A source without an eval split (TFRecord without eval_files) is not evaluated.
         evaluates = self.chief and run.data.eval is not None
-        self.evaluator = Evaluator(run.model, run.data, config.jit_compile) if evaluates else None
+        self.evaluator = Evaluator(run.model, run.data, config.jit_compile,
+                                   optimizer=run.train_op.optimizer) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py).
@@ -168,6 +175,10 @@ class Session:
             # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
             os.makedirs(config.logdir, exist_ok=True)
             config.dump(os.path.join(config.logdir, "config.yaml"))
+            if not self.benchmark:
+                from opt_train.training.hparams import write_run_hparams
+
+                write_run_hparams(config)  # HParams tab: every run, not only a sweep's trials
             if resume:
                 # A killed run's records after the restored step are done again: drop them.
                 self.reporter.resume(self.step)
@@ -187,6 +198,8 @@ class Session:
             f"training {config.model} on {config.data} with {config.optimizer}: "
             f"{self.run.max_steps} updates, global batch {self.run.global_batch}"
         )
+        if config.deterministic:
+            self.progress.message(f"deterministic: op determinism on, random_seed {config.random_seed}")
         if self.step >= self.run.max_steps:
             self.progress.message(f"nothing to train: step {self.step} has reached max_steps")
 
@@ -197,6 +210,7 @@ class Session:
         end = self.run.max_steps if until is None else min(until, self.run.max_steps)
         if self._interval_start is None:
             self._interval_start, self._interval_first = time.perf_counter(), self._position
+        self.profiler.at(self.step)
         while self.step < end:
             # Updates up to the next step where something happens run in one compiled
             # call; that step itself runs alone when it needs statistics or summaries.
@@ -212,6 +226,7 @@ class Session:
                 self._count_losses(result["loss"])
             # Skipped updates may not count: the step is what the train op says it is.
             self.step = int(train_op.global_step.numpy())
+            self.profiler.at(self.step)
             if self.step < target:
                 # Short of the target only when a stop policy fired, in the update that
                 # would have been the next step (a skipped update moves no step).
@@ -220,7 +235,9 @@ class Session:
             if self.step % self._stop_check_every == 0 or self.step == self.run.max_steps:
                 self._stop_if_asked()
             if summarize:
-                self.reporter.summaries(self.step, _without_flags(result))
+                # On a reported step `loss` is the interval's mean, written by _report: one point per step.
+                drop = ("loss",) if reporting else ()
+                self.reporter.summaries(self.step, {k: v for k, v in _without_flags(result).items() if k not in drop})
             if reporting:
                 self._report(result)
             paused = time.perf_counter()
@@ -288,7 +305,7 @@ class Session:
             self._stop_check_every, config.print_loss_steps, config.save_summaries_steps,
             config.eval_steps, config.save_checkpoint_steps,
         ]
-        candidates = [end]
+        candidates = [end, *self.profiler.boundaries(self.step)]
         candidates += [(self.step // every + 1) * every for every in intervals if every]
         if self.benchmark and self.step < self.benchmark.warmup:
             candidates.append(self.benchmark.warmup)  # timing starts exactly there
@@ -326,6 +343,7 @@ class Session:
             from opt_train.training.reporting import write_final_metrics
 
             write_final_metrics(os.path.join(config.logdir, "final_metrics.json"), final)
+            self.tracker.finish(final)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
         return final
@@ -346,6 +364,8 @@ class Session:
         return figures
 
     def close(self):
+        self.profiler.close()
+        self.tracker.close()
         self.progress.close()
         self.reporter.close()
 
@@ -431,7 +451,8 @@ class Session:
         self.reporter.eval_summaries(self.step, self.eval_results)
         self.reporter.record({"step": self.step, **{f"eval/{k}": v for k, v in self.eval_results.items()}})
         shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
-        self.progress.message(f"eval at step {self.step}: {shown}")
+        weights = " (EMA weights)" if self.evaluator.uses_ema else ""
+        self.progress.message(f"eval at step {self.step}{weights}: {shown}")
 
 
 def _without_flags(result):

@@ -1,5 +1,12 @@
 """Where a run's figures go: TensorBoard event files and `metrics.jsonl` (rank 0 only).
 
+TensorBoard, as Keras's TensorBoard callback lays it out: one run per split (`train`,
+`eval`; Keras says `validation`) with the same tag names in both (`loss` and every
+metric), so train and eval curves overlay on one card. Loss, metrics and the learning
+rate have plain tags; the gradient pipeline's bookkeeping (loss scale, overflows,
+skipped updates, gradient norms) goes under `pipeline/` and throughput under `perf/`,
+so its cards come after them. `tag()` is the one home of that naming.
+
 `metrics.jsonl` holds one record per step and kind (training figures, evaluation,
 a stop): on a resume the records after the restored step (written by the run that
 was cut short) and a torn last line are dropped, and a record already there is not
@@ -19,13 +26,48 @@ from opt_train.atomic import write_json, write_text
 from opt_train.training.histograms import write_histogram
 
 
+# Tags that keep their name: what people look at first.
+_PLAIN_TAGS = ("loss", "learning_rate")
+# Throughput figures: their own card group.
+_PERF_TAGS = ("samples_per_sec",)
+# The x axis of every card, not a curve of its own.
+_NOT_PLOTTED = ("global_step",)
+
+
+def tag(name, split="train"):
+    """The TensorBoard tag of figure `name` in run `split` (None: not plotted).
+
+    Evaluation metrics and the loss keep their name, so `train/loss` and `eval/loss`
+    share a card; a name with a `/` (per-variable summaries, `larc/...`) is kept; any
+    other training statistic is the pipeline's bookkeeping (`pipeline/loss_scale`).
+    """
+    if name in _NOT_PLOTTED:
+        return None
+    if split != "train" or name in _PLAIN_TAGS or "/" in name:
+        return name
+    if name in _PERF_TAGS:
+        return f"perf/{name}"
+    return f"pipeline/{name}"
+
+
+def run_and_tag(key):
+    """Where a `final_metrics.json` key (`eval/accuracy`, `train/loss`, `skipped_steps`) is plotted: (run, tag) or None."""
+    split, _, name = key.rpartition("/")
+    if split in ("train", "eval"):
+        return split, tag(name, split)
+    plotted = tag(key)
+    return ("train", plotted) if plotted else None
+
+
 class Reporter:
     """Writes scalars and histograms to TensorBoard and scalar records to metrics.jsonl."""
 
-    def __init__(self, logdir, enabled=True):
+    def __init__(self, logdir, enabled=True, tracker=None):
         self.enabled = enabled
         if not enabled:
             return
+        # Every record also goes to the experiment tracker (training/tracking.py), if any.
+        self.tracker = tracker
         self.logdir = logdir
         # Event files are made on first use: a run refused at its restore leaves none behind.
         self._writers = {}
@@ -45,29 +87,23 @@ class Reporter:
             self._compiled[writer] = tf.function(_write_summaries, reduce_retracing=True)
         return self._writers[name]
 
-    @property
-    def train_writer(self):
-        return self._writer("train")
-
-    @property
-    def eval_writer(self):
-        return self._writer("eval")
-
-    def summaries(self, step, values, writer=None):
-        """TensorBoard: one-element values as scalars, larger tensors as histograms.
+    def summaries(self, step, values, split="train"):
+        """TensorBoard, in run `split`: one-element values as scalars, larger tensors as histograms.
 
         `values` may hold tensors straight from the train op: nothing is copied to
         the host on the way.
         """
         if not self.enabled:
             return
-        writer = writer or self.train_writer
-        tensors = {name: tf.convert_to_tensor(value) for name, value in values.items()}
+        writer = self._writer(split)
+        tensors = {
+            tag(name, split): tf.convert_to_tensor(value) for name, value in values.items() if tag(name, split)
+        }
         with writer.as_default():
             self._compiled[writer](tf.constant(step, tf.int64), tensors)
 
     def eval_summaries(self, step, results):
-        self.summaries(step, {f"eval/{k}": v for k, v in results.items()}, self.eval_writer)
+        self.summaries(step, results, split="eval")
 
     def resume(self, step):
         """Keeps the records up to `step` (the restored one) and drops torn lines; then appends."""
@@ -118,6 +154,8 @@ class Reporter:
             self.jsonl = open(self.jsonl_path, "a", encoding="utf-8")
         self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()
+        if self.tracker is not None:
+            self.tracker.log_figures(record)
 
     def close(self):
         if self.enabled:

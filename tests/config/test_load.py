@@ -24,7 +24,7 @@ SPEC_DEFAULTS = {
     "freeze_variables_regex": None, "save_checkpoint_steps": 500,
     "summaries": ["learning_rate", "global_gradient_norm", "loss_scale"], "num_checkpoints": 5,
     "save_summaries_steps": 100, "print_loss_steps": 100, "eval_steps": None,
-    "random_seed": 0, "jit_compile": False, "python_path": [], "sweep": None,
+    "random_seed": 0, "deterministic": False, "profile_steps": None, "tracking": None, "jit_compile": False, "python_path": [], "sweep": None,
     # OpenSeq2Seq keys (issue 17).
     "num_gpus": None, "print_samples_steps": None, "bench_start": None, "load_model": None,
     "initializer": None, "initializer_params": {},

@@ -43,21 +43,32 @@ def test_experiment_lists_swept_keys_with_domains_and_the_metrics(tmp_path):
     assert [v.string_value for v in infos["optimizer"].domain_discrete.values] == ["Adam", "SGD"]
     assert (infos["lr"].domain_interval.min_value, infos["lr"].domain_interval.max_value) == (1e-3, 1.0)
     assert [v.string_value for v in infos["hidden"].domain_discrete.values] == ["[32]", "[64]"]
-    assert [m.name.tag for m in experiment.metric_infos] == ["eval/accuracy", "train/loss"]
+    # Each metric points at its tag in the trial's own train or eval run (no run of copies).
+    assert [(m.name.group, m.name.tag) for m in experiment.metric_infos] == [("eval", "accuracy"), ("train", "loss")]
+    assert [m.display_name for m in experiment.metric_infos] == ["eval/accuracy", "train/loss"]
 
 
-def test_session_holds_the_trial_values_and_final_metrics(tmp_path):
+def test_session_holds_the_trial_values_then_its_config_and_no_scalars(tmp_path):
+    import yaml
     from opt_train.sweep.hparams import write_session
     from tensorboard.plugins.hparams import metadata
 
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.1}, "max_steps": 60, "logdir": str(tmp_path)}))
     record = {"trial": "trial-001-abcdef12", "overrides": {"optimizer": "Adam", "lr": 0.1, "nesterov": True},
               "metrics": {"eval/accuracy": 0.75, "global_step": 60, "train/loss": float("nan")}}
     write_session(str(tmp_path), record)
+    write_session(str(tmp_path), record)  # replaces
+    assert len(glob.glob(f"{tmp_path}/events.out.tfevents.*")) == 1
     found, scalars = read_hparams_events(tmp_path)
     start = metadata.parse_session_start_info_plugin_data(found[metadata.SESSION_START_INFO_TAG])
     assert start.group_name == "trial-001-abcdef12"
     assert start.hparams["optimizer"].string_value == "Adam"
     assert start.hparams["lr"].number_value == pytest.approx(0.1)
     assert start.hparams["nesterov"].bool_value is True
-    assert scalars["eval/accuracy"] == (60, pytest.approx(0.75))
-    assert "train/loss" not in scalars  # NaN is not plotted
+    # The rest of the resolved config the trial ran, as for a run started by hand.
+    assert start.hparams["optimizer_params.learning_rate"].number_value == pytest.approx(0.1)
+    assert start.hparams["max_steps"].number_value == 60
+    assert "logdir" not in start.hparams
+    # The figures stay in the trial's train and eval runs: the session folder is no third run.
+    assert scalars == {}

@@ -76,6 +76,15 @@ def test_grid_sweep_ranks_records_failure_and_resumes(tmp_path):
     assert glob.glob(f"{out}/events.out.tfevents.*")
     for record in records:
         assert glob.glob(os.path.join(record["logdir"], "events.out.tfevents.*"))
+    # TensorBoard's Scalars tab: a trial's figures only in its train and eval runs (loss on one card).
+    from tensorboard.backend.event_processing import plugin_event_multiplexer
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(out))
+    multiplexer.Reload()
+    scalar_runs = multiplexer.PluginRunToTagToContent("scalars")
+    ok = [r for r in records if r["status"] == "ok"]
+    assert {os.path.relpath(r["logdir"], out) + "/eval" for r in ok} <= set(scalar_runs)
+    assert all(os.path.basename(run) in ("train", "eval") for run in scalar_runs), sorted(scalar_runs)
 
     # Re-running: the study remembers every trial, so nothing runs again. (Replaced on purpose:
     # deleting a trial's final_metrics.json no longer makes it unfinished; the study is the

@@ -1,0 +1,81 @@
+"""HParams for every run: the resolved config's scalar keys as one TensorBoard HParams session in the logdir.
+
+The session summary sits in the logdir itself, the parent of the `train` and `eval`
+runs, as Keras's `hp.KerasCallback` places it: TensorBoard's HParams tab then takes a
+run's metrics from those two runs (`loss` in group `train`, `loss` and every metric
+in group `eval`, last values), so runs started by hand compare there as a sweep's
+trials do. Nothing else writes event files directly in the logdir, so each write
+replaces the one before (a resumed run shows once).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+_EVENT_PATTERN = "events.out.tfevents.*"
+# Keys that name where a run is rather than what it is: a column of them compares nothing.
+_NOT_HPARAMS = ("logdir",)
+
+
+def hparam_value(value):
+    """A value as HParams takes it: bool, float or string (a list or mapping as its YAML flow text)."""
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    import math
+
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).removesuffix("\n").removesuffix("\n...")
+
+
+def config_hparams(resolved, first=None):
+    """`{dotted key: value}` of the resolved config's scalar leaves; `first` (e.g. a sweep's swept keys) come first.
+
+    `resolved` is `TrainConfig.to_dict()` (or config.yaml read back). None, lists and
+    empty mappings are not scalars and are left out, unless `first` names them.
+    """
+    first = dict(first or {})
+    values = {key: hparam_value(value) for key, value in first.items()}
+    for key, value in leaves(resolved):
+        if key in values or key in _NOT_HPARAMS:
+            continue
+        if isinstance(value, (bool, str, int, float)):
+            values[key] = hparam_value(value)
+    return values
+
+
+def leaves(mapping, prefix=""):
+    """`(dotted key, value)` of every leaf of a nested mapping (an empty mapping has none)."""
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from leaves(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def clear_session(logdir):
+    """Removes the event files directly in `logdir` (the session's; the runs keep theirs in subfolders)."""
+    for path in glob.glob(os.path.join(glob.escape(str(logdir)), _EVENT_PATTERN)):
+        os.remove(path)
+
+
+def write_session(logdir, values, group_name=None):
+    """Writes the HParams session of the run in `logdir`: `values` ({name: bool/float/str}), replacing an earlier one."""
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api as hp
+
+    os.makedirs(logdir, exist_ok=True)
+    clear_session(logdir)
+    writer = tf.summary.create_file_writer(str(logdir))
+    with writer.as_default():
+        hp.hparams(values, trial_id=group_name or os.path.basename(os.path.normpath(str(logdir))))
+    writer.close()
+
+
+def write_run_hparams(config):
+    """The HParams session of a run started by `opt-train train`: every scalar key of its resolved config."""
+    write_session(config.logdir, config_hparams(config.to_dict()))

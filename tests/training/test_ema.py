@@ -1,0 +1,61 @@
+"""`use_ema`: eval and the export use Keras's moving average of the weights, the checkpoint holds both, resume is exact.
+
+The reference is a NumPy EMA of the raw weights read from every checkpoint, with
+Keras's formula (keras/src/optimizers/base_optimizer.py `_update_model_variables_moving_average`):
+the first update copies the weights (momentum 0 while `iterations == 0`), then
+`average = m * average + (1 - m) * weights`.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.support import SMALL_RUN
+
+MOMENTUM = 0.9
+RUN = {**SMALL_RUN, "optimizer": "GradientDescent",
+       "optimizer_params": {"learning_rate": 0.5, "use_ema": True, "ema_momentum": MOMENTUM},
+       "max_steps": 4, "print_loss_steps": 2, "eval_steps": 2, "save_checkpoint_steps": 1, "num_checkpoints": 10}
+RAW = [f"model_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(4)]
+# The optimizer's averages, after its iterations and learning rate: one per trained variable, in order.
+AVERAGES = [f"optimizer/_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(2, 6)]
+
+
+def _checkpoints(logdir):
+    state = tf.train.get_checkpoint_state(str(logdir / "checkpoints"))
+    readers = [tf.train.load_checkpoint(path) for path in state.all_model_checkpoint_paths]
+    return {int(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE")): reader for reader in readers}
+
+
+def test_eval_and_export_use_the_average_which_the_checkpoint_holds_beside_the_weights(cli, write_config, tmp_path):
+    import keras
+
+    result = cli("train", "--config", write_config(RUN))
+    assert result.exit_code == 0, result.output
+    assert "eval at step 2 (EMA weights):" in result.output and "eval at step 4 (EMA weights):" in result.output
+    assert "saved_model/ (EMA weights)" in result.output
+    readers = _checkpoints(tmp_path / "run")
+    assert sorted(readers) == [1, 2, 3, 4]
+    average = None
+    for step in (1, 2, 3, 4):
+        raw = [readers[step].get_tensor(name) for name in RAW]
+        average = raw if average is None else [MOMENTUM * a + (1 - MOMENTUM) * w for a, w in zip(average, raw)]
+    held = [readers[4].get_tensor(name) for name in AVERAGES]
+    for expected, got in zip(average, held):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    final_raw = [readers[4].get_tensor(name) for name in RAW]
+    assert not np.allclose(final_raw[0], held[0])  # training goes on with the raw weights: both are kept
+    exported = keras.saving.load_model(tmp_path / "run" / "export" / "model.keras").get_weights()
+    for expected, got in zip(average, exported):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_resume_is_exact_with_ema(cli, write_config, tmp_path):
+    assert cli("train", "--config", write_config(RUN, "whole.yaml")).exit_code == 0
+    whole = _checkpoints(tmp_path / "run")[4]
+    legs = {**RUN, "logdir": str(tmp_path / "legs")}
+    assert cli("train", "--config", write_config({**legs, "max_steps": 2}, "first.yaml")).exit_code == 0
+    assert cli("train", "--config", write_config(legs, "second.yaml")).exit_code == 0
+    resumed = _checkpoints(tmp_path / "legs")[4]
+    for name in RAW + AVERAGES:
+        assert whole.get_tensor(name).tobytes() == resumed.get_tensor(name).tobytes(), name

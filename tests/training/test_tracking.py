@@ -1,0 +1,147 @@
+"""MLflow tracking against a real `mlflow server` (SQLite backend, a free port on 127.0.0.1), read back with MlflowClient."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from tests.support import SMALL_RUN, main_code, read_json, read_jsonl, run_python
+
+mlflow = pytest.importorskip("mlflow")
+pytestmark = pytest.mark.slow  # a server start and two training runs
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{folder}/store.db", "--default-artifact-root", str(folder / "artifacts"),
+         "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=open(folder / "server.log", "w"),
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while True:
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=2)
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail("mlflow server did not start: " + (folder / "server.log").read_text()[-2000:])
+            time.sleep(1)
+    yield uri
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_a_run_logs_params_figures_final_metrics_and_artifacts(server, cli, write_config, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    config = write_config({**SMALL_RUN, "max_steps": 6, "print_loss_steps": 2, "eval_steps": 3,
+                           "tracking": {"mlflow": {"uri": server, "experiment": "observe-test"}}})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    logdir = tmp_path / "run"
+    run_id = read_json(logdir / "mlflow_run.json")["run_id"]
+    assert f"MLflow: run {run_id} in experiment 'observe-test' at {server}" in result.output
+
+    client = MlflowClient(tracking_uri=server)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "run"
+    resolved = yaml.safe_load((logdir / "config.yaml").read_text())
+    params = run.data.params
+    assert params["optimizer"] == "Adam" and params["optimizer_params.learning_rate"] == "0.01"
+    assert params["batch_size_per_gpu"] == str(resolved["batch_size_per_gpu"])
+    assert params["model_params.hidden_units"] == "[8]"
+    # Every figure of metrics.jsonl at its step, to the float.
+    records = read_jsonl(logdir / "metrics.jsonl")
+    expected = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == expected
+    assert [m.step for m in client.get_metric_history(run_id, "learning_rate")] == [2, 4, 6]
+    evaluations = [(r["step"], r["eval/accuracy"]) for r in records if "eval/accuracy" in r]
+    history = [(m.step, m.value) for m in client.get_metric_history(run_id, "eval/accuracy")]
+    assert history[:len(evaluations)] == evaluations
+    final = read_json(logdir / "final_metrics.json")
+    assert history[-1] == (6, final["eval/accuracy"])  # the final metrics, at the last step
+    assert run.data.metrics["train/loss"] == pytest.approx(final["train/loss"])
+    artifacts = {item.path for item in client.list_artifacts(run_id)}
+    assert {"config.yaml", "export"} <= artifacts
+    assert "export/model.keras" in {item.path for item in client.list_artifacts(run_id, "export")}
+
+
+def test_a_resumed_run_continues_its_mlflow_run(server, cli, write_config, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    run = {**SMALL_RUN, "max_steps": 4, "print_loss_steps": 2, "tracking": {"mlflow": {"uri": server}}}
+    assert cli("train", "--config", write_config(run)).exit_code == 0
+    first = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
+    assert cli("train", "--config", write_config({**run, "max_steps": 6})).exit_code == 0
+    assert read_json(tmp_path / "run" / "mlflow_run.json")["run_id"] == first
+    history = MlflowClient(tracking_uri=server).get_metric_history(first, "loss")
+    assert [m.step for m in history] == [2, 4, 6]
+
+
+def test_a_tracker_that_is_down_is_one_warning_line_and_the_run_succeeds(cli, write_config, tmp_path):
+    down = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    config = write_config({**SMALL_RUN, "max_steps": 4, "print_loss_steps": 2,
+                           "tracking": {"mlflow": {"uri": down}}})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "MLflow" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: MLflow tracking off for this run ({down})")
+    assert (tmp_path / "run" / "final_metrics.json").exists()
+
+
+def test_without_uri_the_store_is_sqlite_beside_the_logdir(cli, write_config, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "tracking": {"mlflow": {}}})
+    assert cli("train", "--config", config).exit_code == 0
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
+    client = MlflowClient(tracking_uri=store)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert client.get_experiment_by_name("opt-train").artifact_location == f"file://{tmp_path}/mlartifacts"
+
+
+def test_validate_and_help_do_not_import_mlflow(write_config):
+    config = write_config({**SMALL_RUN, "tracking": {"mlflow": {"uri": "http://127.0.0.1:1"}}})
+    done = run_python(main_code(["--help"], ["validate", "--config", config],
+                                then="assert 'mlflow' not in sys.modules, 'mlflow imported'\n"))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, write_config, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
+                           "tracking": {"mlflow": {"uri": server, "experiment": "observe-sweep"}}})
+    out = tmp_path / "sweep"
+    done = subprocess.run(
+        [sys.executable, "-m", "opt_train", "sweep", "-c", str(config), "--grid",
+         "optimizer_params.learning_rate=0.1,0.01", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parent = read_json(out / "mlflow_run.json")["run_id"]
+    client = MlflowClient(tracking_uri=server)
+    experiment = client.get_experiment_by_name("observe-sweep")
+    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    records = read_jsonl(out / "results.jsonl")
+    assert sorted(run.info.run_name for run in children) == sorted(r["trial"] for r in records)
+    assert {run.data.params["optimizer_params.learning_rate"] for run in children} == {"0.1", "0.01"}
+    assert all(run.info.status == "FINISHED" for run in children)
+    assert client.get_run(parent).info.status == "FINISHED"
