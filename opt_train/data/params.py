@@ -43,6 +43,16 @@ def single_character(name, value):
 
 
 optional_string = _p.optional(non_empty_string)
+
+
+def _label_value(name, value):
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        fail(name, "wrong_type", "must be a string or an integer", value)
+    return value
+
+
+# The label value of each class id, as `data to-tfrecord` writes it.
+optional_label_list = _p.optional(_p.list_of(_label_value, text="a non-empty list of label values", non_empty=True))
 optional_positive_int = _p.optional(int_at_least(2))
 
 

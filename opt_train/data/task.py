@@ -40,6 +40,11 @@ class Task:
     # The config's `loss` (a keras.losses.Loss) and `metrics` (Keras names), when it gives them.
     loss_object: Any = field(default=None, compare=False)
     metric_names: Tuple[str, ...] = ()
+    # The user's own label values by class id (`labels[i]` is what class i was written as),
+    # and the input standardisation the data applied (`data.normalization.Statistics`):
+    # the export puts both back around the model, so it takes raw rows and answers in labels.
+    labels: Optional[Tuple[Any, ...]] = field(default=None, compare=False)
+    normalization: Any = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:

@@ -95,6 +95,7 @@ def run_length(config, data):
 def build_data_for(config, backend):
     """The config's data, sharded for `backend`'s rank; a bad parameter is a located ConfigError."""
     from opt_train.data import build_data
+    from opt_train.data.card import read_statistics
 
     with _config_key(config, "data_params"):
         return build_data(
@@ -105,6 +106,8 @@ def build_data_for(config, backend):
             rank=backend.rank,
             size=backend.size,
             eval_batch_size=config.eval_batch_size,
+            # A logdir's later commands (resume, eval, predict, export) standardise as its run did.
+            statistics=read_statistics(config.logdir),
         )
 
 

@@ -22,30 +22,57 @@ def export_dir(config):
 
 
 def serving_outputs(task, outputs):
-    """The serving signature's outputs: `outputs` (what evaluation scores), plus `classes` when classifying."""
+    """The serving signature's outputs: `outputs` (what evaluation scores), plus `classes` when classifying.
+
+    With a label vocabulary (`task.labels`) also `labels`: each class id as the data wrote it.
+    """
     import tensorflow as tf
 
     result = {"outputs": outputs}
     if task.kind in ("classification", "sequence"):
         result["classes"] = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+        if task.labels is not None and task.kind == "classification":
+            result["labels"] = tf.gather(tf.constant(list(task.labels)), result["classes"])
     return result
+
+
+def serving_model(model, task):
+    """`model` taking raw inputs: behind the data's standardisation layer when the data had one.
+
+    The run trained on standardised inputs; the exported model and `predict` take rows as
+    the user has them, so the same statistics go in front as a Keras `Normalization` layer.
+    """
+    if task.normalization is None:
+        return model
+    import keras
+
+    from opt_train.data.normalization import keras_layer
+
+    inputs = keras.Input(tuple(task.input_shape), dtype=task.input_dtype, name="inputs")
+    outputs = model(keras_layer(task.normalization, task.input_shape)(inputs))
+    return keras.Model(inputs, outputs, name=f"{model.name}_on_raw_inputs")
 
 
 def export_model(model, task, directory):
     """Writes `directory/model.keras` (no optimizer) and `directory/saved_model/` (signature `serving_default`).
 
-    The signature takes `inputs` (a batch of the task's input shape and dtype) and
-    returns `outputs` (float32: logits, or regression values) and, for classification
-    and sequence tasks, `classes` (their argmax). Each artifact is written beside its
-    final place and then renamed, so a reader never sees half of one.
+    The signature takes `inputs` (a batch of the task's input shape and dtype, raw:
+    the data's standardisation is the models' first layer) and returns `outputs`
+    (float32: logits, or regression values) and, for classification and sequence tasks,
+    `classes` (their argmax), plus `labels` when the data had a label vocabulary.
+    `directory/data.json` holds that vocabulary and the statistics. Each artifact is
+    written beside its final place and then renamed, so a reader never sees half of one.
 
     Returns:
-        `{"keras": path, "saved_model": path}`.
+        `{"keras": path, "saved_model": path, "data": path}`.
     """
     import keras
     import tensorflow as tf
 
+    from opt_train.data import card
+
     os.makedirs(directory, exist_ok=True)
+    model = serving_model(model, task)
     # The SavedModel first: it needs no layer configs, so a model Keras cannot serialize still ships.
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -66,7 +93,7 @@ def export_model(model, task, directory):
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
-    return {"keras": keras_path, "saved_model": saved_path}
+    return {"keras": keras_path, "saved_model": saved_path, "data": card.write(directory, task)}
 
 
 def export_at_end(run, say):
@@ -183,8 +210,10 @@ def read_inputs(path, task, key=None):
 def predict(config, input_path, output_path, checkpoint=None):
     """`opt-train predict`: the model of `checkpoint` run over `input_path`'s examples, written to `output_path`.
 
-    The .npz written holds `outputs` (what the evaluation scores: logits or
-    regression values) and, when classifying, `classes`. Returns `{name: shape}`.
+    `input_path` holds raw inputs (the model standardises them as the run did). The .npz
+    written holds `outputs` (what the evaluation scores: logits or regression values)
+    and, when classifying, `classes` and, with a label vocabulary, `labels` (the
+    user's own label values). Returns `{name: shape}`.
     """
     import tensorflow as tf
 
@@ -196,7 +225,8 @@ def predict(config, input_path, output_path, checkpoint=None):
     inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"))
     batch = config.eval_batch_size or config.batch_size_per_gpu
     # A compiled inference call, as the evaluation's, so predictions match what it scores.
-    step = tf.function(lambda x: serving_outputs(task, run.model(x, training=False)), reduce_retracing=True)
+    model = serving_model(run.model, task)
+    step = tf.function(lambda x: serving_outputs(task, model(x, training=False)), reduce_retracing=True)
     pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
     results = {name: np.concatenate([piece[name].numpy() for piece in pieces]) for name in pieces[0]} if pieces else {}
     buffer = io.BytesIO()
