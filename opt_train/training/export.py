@@ -207,6 +207,13 @@ def read_inputs(path, task, key=None):
     return inputs.astype(task.input_dtype)
 
 
+def _plain(array):
+    """A string tensor's bytes as text, so the .npz loads without pickle."""
+    if array.dtype == object:
+        return np.char.decode(array.astype(bytes), "utf-8")
+    return array
+
+
 def predict(config, input_path, output_path, checkpoint=None):
     """`opt-train predict`: the model of `checkpoint` run over `input_path`'s examples, written to `output_path`.
 
@@ -228,7 +235,7 @@ def predict(config, input_path, output_path, checkpoint=None):
     model = serving_model(run.model, task)
     step = tf.function(lambda x: serving_outputs(task, model(x, training=False)), reduce_retracing=True)
     pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
-    results = {name: np.concatenate([piece[name].numpy() for piece in pieces]) for name in pieces[0]} if pieces else {}
+    results = {name: _plain(np.concatenate([piece[name].numpy() for piece in pieces])) for name in pieces[0]} if pieces else {}
     buffer = io.BytesIO()
     np.savez(buffer, **results)
     write_bytes(output_path, buffer.getvalue())
