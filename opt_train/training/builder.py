@@ -58,6 +58,7 @@ def build_run(config, backend, *, with_train_op=True):
     problem = fit_problem(model, data.task)
     if problem:
         raise ConfigError([config.issue("model", problem, "out_of_range")])
+    data = data._replace(task=_scored_as_output(config, model, data.task))
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
     max_steps, updates_per_epoch = run_length(config, data)
@@ -72,6 +73,17 @@ def build_run(config, backend, *, with_train_op=True):
             run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
+
+
+def _scored_as_output(config, model, task):
+    """The task scoring `model`'s outputs as they are: probabilities when its last layer ends in softmax."""
+    from opt_train.data.objectives import match_output
+    from opt_train.models.output import probability_output
+
+    try:
+        return match_output(task, probability_output(model), config.loss, dict(config.loss_params))
+    except ValueError as error:
+        raise ConfigError([config.issue(error.key, str(error), "conflict")]) from None
 
 
 def _memory_problem(config, task):
