@@ -25,6 +25,8 @@ fraction = _p.FRACTION  # a dropout rate
 open_fraction = _p.number(0, 1, low_open=True, high_open=True)  # a share held out for evaluation
 boolean = _p.boolean
 non_empty_string = _p.string
+existing_file = _p.existing_file
+matching_globs = _p.matching_globs
 positive_int_list = _p.list_of(positive_int, text="a non-empty list of positive integers", non_empty=True)
 
 

@@ -158,15 +158,38 @@ def _factory_errors(spec, params):
     return errors
 
 
+# The parameters that name files, and the rule each file must pass (checked once the
+# parameters are otherwise right, so `validate` and `train` find a missing file alike).
+# The config layer resolves these against the config file's folder (`opt_train.config.paths`).
+PATH_PARAMS = {
+    "npz": {"path": p.existing_file, "eval_path": p.existing_file},
+    "csv": {"path": p.existing_file, "eval_path": p.existing_file},
+    "tfrecord": {"train_files": p.matching_globs, "eval_files": p.matching_globs},
+}
+
+
+def _file_errors(name, params):
+    errors = []
+    for param, rule in PATH_PARAMS.get(name, {}).items():
+        value = (params or {}).get(param)
+        if value is None:
+            continue
+        try:
+            rule(param, value)
+        except p.ParamError as error:
+            errors.append(error)
+    return errors
+
+
 def param_errors(name, params):
-    """Every problem with `params` for dataset `name` (exceptions with `.param`)."""
+    """Every problem with `params` for dataset `name` (exceptions with `.param`); missing files last."""
     if is_factory(name):
         return _factory_errors(name, params)
     name = resolve(name)
     errors = p.param_errors(DATASET_SPECS[name], params, name)
-    if errors or name != "tfrecord":
-        return errors
-    return _tfrecord_errors(params)
+    if not errors and name == "tfrecord":
+        errors = _tfrecord_errors(params)
+    return errors or _file_errors(name, params)
 
 
 def _tfrecord_errors(params):

@@ -77,10 +77,10 @@ def reversal_source(vocab_size, seq_len, num_examples, eval_fraction, seed):
 
 
 def _existing(path, param):
-    full = os.path.abspath(os.path.expanduser(path))  # relative to the current directory
-    if not os.path.isfile(full):
-        raise ValueError(f"`{param}` must name an existing file. Received: {param}={path!r}")
-    return full
+    from opt_train.params import existing_file
+
+    existing_file(param, path)  # a config's relative paths arrive resolved against its folder
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _read_npz(path, x_key, y_key, param):

@@ -50,8 +50,9 @@ def expand_files(patterns, param):
     for pattern in patterns:
         matched = [path for path in glob.glob(os.path.expanduser(pattern)) if os.path.isfile(path)]
         if not matched:
-            raise ValueError(f"`{param}` must match at least one file; {pattern!r} matches none. "
-                             f"Received: {param}={given!r}")
+            from opt_train.params import matching_globs
+
+            matching_globs(param, given)  # raises the file_not_found error naming the resolved pattern
         files.update(os.path.abspath(path) for path in matched)
     return sorted(files)
 

@@ -131,6 +131,7 @@ def check_spec(spec):
     if not isinstance(value, str) or not value.endswith(".keras"):
         code = "wrong_type" if not isinstance(value, str) else "out_of_range"
         raise p.ParamError("path", code, "must name a .keras file saved by Keras", value)
+    p.existing_file("path", value)  # file_not_found, naming the path resolved
     return dict(spec)
 
 
