@@ -131,7 +131,6 @@ def check_spec(spec):
     if not isinstance(value, str) or not value.endswith(".keras"):
         code = "wrong_type" if not isinstance(value, str) else "out_of_range"
         raise p.ParamError("path", code, "must name a .keras file saved by Keras", value)
-    p.existing_file("path", value)  # file_not_found, naming the path resolved
     return dict(spec)
 
 
@@ -169,7 +168,14 @@ def param_errors(spec, params):
     if kind == "keras_application":
         return _application_param_errors(params)
     if kind == "path":
-        return p.param_errors(PATH_SPEC, params, "saved model")
+        errors = p.param_errors(PATH_SPEC, params, "saved model")
+        if not errors:  # a missing file last, as for the datasets' files
+            try:
+                p.existing_file("path", spec["path"])
+            except p.ParamError as error:
+                error.key = "model.path"
+                errors.append(error)
+        return errors
     if is_factory(spec):
         try:
             split_spec(spec)
