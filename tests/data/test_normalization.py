@@ -123,3 +123,23 @@ def test_predict_and_plain_savedmodel_take_raw_rows_and_answer_in_labels(tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     np.testing.assert_array_equal(np.load(tmp_path / "served.npy"), predicted)
     np.testing.assert_allclose(np.load(tmp_path / "keras.npy"), np.load(tmp_path / "outputs.npy"), rtol=1e-4, atol=1e-4)
+
+
+def test_tfrecord_statistics_are_streamed_and_labels_travel_with_the_records(tmp_path):
+    """`data to-tfrecord` of the CSV, read back: the streamed statistics equal NumPy's on the train rows."""
+    from opt_train.data import build_data
+    from opt_train.data.convert import to_tfrecord
+
+    x, labels = write_credit_csv(tmp_path / "credit.csv", n=3000)
+    converted = to_tfrecord(str(tmp_path / "credit.csv"), str(tmp_path / "records"), shards=3, label_column="label")
+    params = converted["data_params"]
+    assert params["labels"] == ["bad", "good"]
+    data = build_data("tfrecord", params, batch_size=50, seed=0)
+    statistics = data.task.normalization
+    np.testing.assert_allclose(statistics.mean, x.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(statistics.variance, x.var(axis=0), rtol=1e-5)
+    assert statistics.count == 3000 and data.task.labels == ("bad", "good")
+    inputs, _ = next(iter(data.train))
+    assert np.abs(np.asarray(inputs)).max() < 10  # standardised, not in tens of thousands
+    off = build_data("tfrecord", {**params, "normalize": False}, batch_size=50, seed=0)
+    assert off.task.normalization is None and np.asarray(next(iter(off.train))[0]).max() > 1000
