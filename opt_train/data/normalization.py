@@ -14,6 +14,10 @@ from typing import NamedTuple
 import numpy as np
 
 
+# Rows standardised at once: float64 temporaries of a chunk, never of a whole 1 GiB array.
+CHUNK_ROWS = 16384
+
+
 class Statistics(NamedTuple):
     """Mean and variance (float64 arrays of the input shape) over `count` train examples."""
 
@@ -22,9 +26,14 @@ class Statistics(NamedTuple):
     count: int
 
     def apply(self, x):
-        """`(x - mean) / sqrt(variance)` in float32 (NumPy)."""
+        """`(x - mean) / sqrt(variance)` in float32 (NumPy), a chunk of rows at a time (no float64 copy of `x`)."""
+        x = np.asarray(x)
+        out = np.empty(x.shape, np.float32)
         scale = 1.0 / np.sqrt(self.variance)
-        return ((np.asarray(x, dtype=np.float64) - self.mean) * scale).astype(np.float32)
+        for start in range(0, len(x), CHUNK_ROWS):
+            stop = start + CHUNK_ROWS
+            out[start:stop] = (x[start:stop].astype(np.float64) - self.mean) * scale
+        return out
 
     def to_json(self):
         return {"mean": self.mean.tolist(), "variance": self.variance.tolist(), "count": int(self.count)}
@@ -41,10 +50,9 @@ def _finish(mean, m2, count):
 
 
 def from_array(x):
-    """The Statistics of `x` (examples on axis 0), computed in float64."""
-    x = np.asarray(x, dtype=np.float64)
-    mean = x.mean(axis=0)
-    return _finish(mean, ((x - mean) ** 2).sum(axis=0), len(x))
+    """The Statistics of `x` (examples on axis 0), computed in float64 a chunk of rows at a time."""
+    x = np.asarray(x)
+    return from_batches(x[start:start + CHUNK_ROWS] for start in range(0, len(x), CHUNK_ROWS))
 
 
 def from_batches(batches):
