@@ -229,7 +229,7 @@ def matching_globs(name, value):
     for pattern in [value] if isinstance(value, str) else list(value):
         full = os.path.abspath(os.path.expanduser(pattern))
         if not any(os.path.isfile(path) for path in glob.iglob(full)):
-            fail(name, "file_not_found", "must match at least one file", full)
+            fail(name, "file_not_found", "must match at least one file (this pattern matches none)", full)
     return value
 
 
