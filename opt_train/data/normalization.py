@@ -25,10 +25,13 @@ class Statistics(NamedTuple):
     variance: np.ndarray
     count: int
 
-    def apply(self, x):
-        """`(x - mean) / sqrt(variance)` in float32 (NumPy), a chunk of rows at a time (no float64 copy of `x`)."""
+    def apply(self, x, out=None):
+        """`(x - mean) / sqrt(variance)` in float32 (NumPy), a chunk of rows at a time (no float64 copy of `x`).
+
+        `out` (a float32 array of x's shape, `x` itself included) receives the result in place.
+        """
         x = np.asarray(x)
-        out = np.empty(x.shape, np.float32)
+        out = np.empty(x.shape, np.float32) if out is None else out
         scale = 1.0 / np.sqrt(self.variance)
         for start in range(0, len(x), CHUNK_ROWS):
             stop = start + CHUNK_ROWS

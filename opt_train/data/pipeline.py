@@ -136,7 +136,14 @@ def _standardised(x_train, x_eval, task, statistics):
 
     if statistics is None or statistics.mean.shape != tuple(task.input_shape):
         statistics = normalization.from_array(x_train)
-    return statistics.apply(x_train), statistics.apply(x_eval), dataclasses.replace(task, normalization=statistics)
+    # In place: the loaders' arrays are their own copies, and a second 1 GiB array would double the peak.
+    def standardise(x):
+        return statistics.apply(x, out=x) if x.flags.writeable else statistics.apply(x)
+
+    same = x_eval is x_train
+    x_train = standardise(x_train)
+    x_eval = x_train if same else standardise(x_eval)
+    return x_train, x_eval, dataclasses.replace(task, normalization=statistics)
 
 
 def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics=None):
