@@ -2,7 +2,8 @@
 
     python -m benchmarks.input_pipeline [--quick] [--rss-gib 1.0] [--out FILE]
 
-1. Throughput: the default model (mlp [128], batch 64) on 64-feature examples, once
+1. Throughput: the default model (mlp [128], batch 64), and a wider one (mlp [1024, 1024]),
+   on 64-feature examples, once
    with `data: npz` (in memory) and once with `data: tfrecord` (the same arrays written
    by `opt-train data to-tfrecord`), both driven through the training loop's own
    `Session`. After the first epoch of each, timed stretches alternate between the two
@@ -37,6 +38,8 @@ from benchmarks import results_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = {"model": "mlp", "model_params": {"hidden_units": [128]}}  # configs/default.yaml's model
+# A wider model: more compute per batch, so the reader's share of the step is smaller.
+WIDE = {"model": "mlp", "model_params": {"hidden_units": [1024, 1024]}}
 
 
 def write_arrays(path, examples, features, classes=10, seed=0):
@@ -51,15 +54,17 @@ def write_arrays(path, examples, features, classes=10, seed=0):
     np.savez(path, x=x, y=y)
 
 
-def configs(workdir, examples, features, shards):
+def configs(workdir, examples, features, shards, model=MODEL):
     """(in-memory config, TFRecord config) over the same arrays."""
     from opt_train.data.convert import to_tfrecord
 
     arrays = os.path.join(workdir, f"data-{examples}x{features}.npz")
-    write_arrays(arrays, examples, features)
-    converted = to_tfrecord(arrays, os.path.join(workdir, f"records-{examples}x{features}"), shards=shards)
+    records = os.path.join(workdir, f"records-{examples}x{features}")
+    if not os.path.exists(arrays):
+        write_arrays(arrays, examples, features)
+    converted = to_tfrecord(arrays, records, shards=shards)
     common = {
-        **MODEL, "batch_size_per_gpu": 64, "max_steps": 10**9, "print_loss_steps": 10**6,
+        **model, "batch_size_per_gpu": 64, "max_steps": 10**9, "print_loss_steps": 10**6,
         "save_checkpoint_steps": None, "save_summaries_steps": None, "eval_steps": None, "random_seed": 0,
     }
     memory = {**common, "data": "npz", "data_params": {"path": arrays, "eval_fraction": 0.01}}
@@ -87,11 +92,12 @@ def session(payload, workdir, name):
     return started
 
 
-def throughput(workdir, quick):
+def throughput(workdir, quick, model=MODEL, name="default"):
     """Samples/s of each reader after its first epoch, timed in alternating stretches."""
     examples = 2048 if quick else 64000
-    memory, records = configs(workdir, examples, 64, shards=4 if quick else 16)
-    sessions = {"in_memory": session(memory, workdir, "memory"), "tfrecord": session(records, workdir, "tfrecord")}
+    memory, records = configs(workdir, examples, 64, shards=4 if quick else 16, model=model)
+    sessions = {"in_memory": session(memory, workdir, f"memory-{name}"),
+                "tfrecord": session(records, workdir, f"tfrecord-{name}")}
     epoch = sessions["tfrecord"].run.data.steps_per_epoch
     for running in sessions.values():
         running.loop(until=epoch + 5)  # the first epoch (and tracing) untimed
@@ -109,7 +115,7 @@ def throughput(workdir, quick):
     for running in sessions.values():
         running.close()
     return {
-        "examples": examples, "features": 64, "batch": 64, "steps_per_epoch": epoch,
+        "model": model, "examples": examples, "features": 64, "batch": 64, "steps_per_epoch": epoch,
         "samples_per_sec": medians, "ratio_tfrecord_over_memory": medians["tfrecord"] / medians["in_memory"],
         "repeats": {name: [round(v, 1) for v in values] for name, values in rates.items()},
         "resume": resume,
@@ -187,7 +193,8 @@ def run_all(quick=False, rss_gib=1.0, workdir=None):
 
     import_tensorflow()
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
-        results = {"quick": quick, "throughput": throughput(scratch, quick)}
+        results = {"quick": quick, "throughput": throughput(scratch, quick),
+                   "throughput_wide": throughput(scratch, quick, WIDE, "wide")}
         results["peak_rss"] = peak_rss(scratch, 0.01 if quick else rss_gib, quick)
     results["command"] = "python -m benchmarks.input_pipeline" + (" --quick" if quick else "")
     return results
@@ -198,6 +205,10 @@ def summary(results):
     return "\n".join([
         f"samples/s after the first epoch: in memory {speed['samples_per_sec']['in_memory']:.0f}, "
         f"TFRecord {speed['samples_per_sec']['tfrecord']:.0f}, ratio {speed['ratio_tfrecord_over_memory']:.3f}",
+        *([f"wider model {results['throughput_wide']['model']['model_params']['hidden_units']}: in memory "
+           f"{results['throughput_wide']['samples_per_sec']['in_memory']:.0f}, TFRecord "
+           f"{results['throughput_wide']['samples_per_sec']['tfrecord']:.0f}, ratio "
+           f"{results['throughput_wide']['ratio_tfrecord_over_memory']:.3f}"] if "throughput_wide" in results else []),
         f"peak RSS on {rss['gib']} GiB ({rss['examples']} x {rss['features']} float32): in memory "
         f"{rss['in_memory_peak_rss_mib']:.0f} MiB, TFRecord {rss['tfrecord_peak_rss_mib']:.0f} MiB",
         f"resume at batch {resume['position']}: first batch in {resume['resume_at_position_seconds']:.2f} s "

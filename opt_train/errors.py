@@ -20,7 +20,7 @@ CODES = (
 )
 
 # What a parameter check may say; the others belong to reading files.
-PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing")
+PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing", "file_not_found")
 
 
 class ParamError(ValueError):

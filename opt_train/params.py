@@ -209,6 +209,30 @@ def anything(name, value):
     return value
 
 
+def existing_file(name, value):
+    """A path to an existing file (a relative one from the current directory; the config layer
+    has already made a config's paths absolute, see `opt_train.config.paths`)."""
+    import os
+
+    string(name, value)
+    full = os.path.abspath(os.path.expanduser(value))
+    if not os.path.isfile(full):
+        fail(name, "file_not_found", "must name an existing file", full)  # the path as resolved
+    return value
+
+
+def matching_globs(name, value):
+    """A glob or a list of globs, each matching at least one file."""
+    import glob
+    import os
+
+    for pattern in [value] if isinstance(value, str) else list(value):
+        full = os.path.abspath(os.path.expanduser(pattern))
+        if not any(os.path.isfile(path) for path in glob.iglob(full)):
+            fail(name, "file_not_found", "must match at least one file (this pattern matches none)", full)
+    return value
+
+
 # ----- rules many specs share, each built here once -----
 
 # Keras' wording for constructor arguments ("`epsilon` must be in [0, inf]"); numbers only.

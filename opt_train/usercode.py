@@ -150,3 +150,114 @@ def user_frames(error):
     lines = traceback.format_list(frames)
     lines += traceback.format_exception_only(type(error), error)
     return "Traceback (most recent call last, your code):\n" + "".join(lines) if lines else ""
+
+
+# ----- found, not imported: what `validate` can know of user code without running it -----
+
+
+def module_missing(module_name, folders=()):
+    """Why `module_name` cannot be imported, judged without importing anything, or None when it may be.
+
+    Only the top-level name is decided (`importlib.util.find_spec` of a top-level name
+    runs no code; of a dotted one it would import the parents): that is where a typo or a
+    missing install shows. Searched as `load` will: installed packages, then `folders`,
+    then the current directory.
+    """
+    import importlib.util
+
+    top = module_name.split(".")[0]
+    if top in sys.modules:
+        return None
+    added = [os.path.abspath(folder) for folder in [*folders, os.getcwd()]]
+    saved = list(sys.path)
+    sys.path.extend(folder for folder in added if folder not in sys.path)
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    finally:
+        sys.path[:] = saved
+    if found is None:
+        return (f"cannot import module '{module_name}' (no module named '{top}'; user modules are "
+                "found in python_path, the config's folder and the current directory)")
+    return None
+
+
+def source_signature(target, folders=()):
+    """The parameters of `package.module:function` read from its source, without importing it.
+
+    Returns `(names, required, takes_any_keyword)` when `target` is a plain `def` at the
+    top of a .py file in `folders` (or the current directory), else None (an installed
+    package, a compiled module, a function made at run time: only running would tell).
+    """
+    import ast
+
+    try:
+        module_name, attribute = split(target)
+    except ValueError:
+        return None
+    parts = module_name.split(".")
+    for folder in [*folders, os.getcwd()]:
+        base = os.path.join(os.path.abspath(folder), *parts)
+        for path in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(path):
+                try:
+                    with open(path, encoding="utf-8") as handle:
+                        tree = ast.parse(handle.read(), path)
+                except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                    return None
+                return _signature_of(tree, attribute)
+    return None
+
+
+def _signature_of(tree, name):
+    import ast
+
+    found = None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            found = node  # the last definition wins, as at import
+        elif isinstance(node, (ast.Assign, ast.ImportFrom, ast.Import, ast.ClassDef)) and name in {
+            getattr(target, "id", None) for target in getattr(node, "targets", [])
+        } | {alias.asname or alias.name for alias in getattr(node, "names", [])} | {getattr(node, "name", None)}:
+            found = None  # rebound by other code: only running would tell
+    if found is None or found.decorator_list:
+        return None
+    args = found.args
+    positional = args.posonlyargs + args.args
+    with_default = len(args.defaults)
+    required = [a.arg for a in positional[: len(positional) - with_default]]
+    required += [a.arg for a, default in zip(args.kwonlyargs, args.kw_defaults) if default is None]
+    names = [a.arg for a in args.args + args.kwonlyargs]  # positional-only ones cannot be passed by name
+    return names, required, args.kwarg is not None
+
+
+def signature(function):
+    """`(names, required, takes_any_keyword)` of a callable, as `source_signature` reads them; None if unknown."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = inspect.Parameter
+    names = [p.name for p in parameters if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)]
+    required = [p.name for p in parameters if p.default is kinds.empty
+                and p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)]
+    return names, required, any(p.kind is kinds.VAR_KEYWORD for p in parameters)
+
+
+def call_problem(target, signature, given, supplied=()):
+    """`(param, code, message)` when calling `target` with keywords `given` (+ `supplied`, the ones
+    opt-train adds) must fail, else None. The one rule `validate` (on the source) and the builders
+    (on the imported function) apply, so both name the same parameter with the same code."""
+    if signature is None:
+        return None
+    names, required, any_keyword = signature
+    unknown = [key for key in given if key not in names and not any_keyword]
+    if unknown:
+        return unknown[0], "unknown_key", f"is not a parameter of {target} (it takes {', '.join(names) or 'none'})"
+    missing = [name for name in required if name not in given and name not in supplied]
+    if missing:
+        return missing[0], "missing", f"is required by {target}"
+    return None

@@ -1,4 +1,4 @@
-"""`opt-train predict`: run a checkpoint's model over a .npz file's examples (OpenSeq2Seq's infer mode)."""
+"""`opt-train predict`: run a checkpoint's model over the raw examples of a .npz or .csv file (OpenSeq2Seq's infer mode)."""
 
 import json
 
@@ -10,9 +10,11 @@ from opt_train.cli.common import ConfigUsageError, config_options, import_tensor
 @click.command()
 @config_options
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
-              help="A .npz file with the examples in array `x` (or data_params.x_key).")
+              help="A .npz file with the examples in array `x` (or data_params.x_key), or a .csv of raw rows "
+                   "(its label column, if any, is left out).")
 @click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="The .npz to write: `outputs` (logits or values) and, when classifying, `classes`.")
+              help="The .npz to write: `outputs` (logits or values) and, when classifying, `classes` "
+                   "and `labels` (your own label values); a .csv gets one `class,label` row per example.")
 @click.option("--checkpoint", type=click.Path(), default=None,
               help="Checkpoint prefix or directory (default: the latest in logdir).")
 def predict(configs, overrides, input_path, output_path, checkpoint):

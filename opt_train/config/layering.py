@@ -19,8 +19,28 @@ class Layered:
         self.issues = []
 
     def merge(self, data, locations):
-        """Lays `data` over what is here: mappings merge deeply, anything else replaces."""
+        """Lays `data` over what is here: mappings merge deeply, anything else replaces.
+
+        A file that names another `model` (or `data`) than the files below it starts that
+        block afresh: the lower files' `model_params` (`data_params`) belonged to the old
+        one and are dropped, not merged into the new one's.
+        """
+        for block, params in FRESH_BLOCKS.items():
+            if block in data and block in self.data and not same_spec(data[block], self.data[block]):
+                if params in self.data:
+                    forget(self.locations, self.data.pop(params), params)
         merge_into(self.data, self.locations, data, locations, "")
+
+
+# A key whose change makes the parameters below it meaningless: key -> its parameter block.
+FRESH_BLOCKS = {"model": "model_params", "data": "data_params"}
+
+
+def same_spec(a, b):
+    """One model / dataset: names compared as the registries do (case, `_` and `-` ignored)."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a.lower().replace("_", "").replace("-", "") == b.lower().replace("_", "").replace("-", "")
+    return a == b
 
 
 def dotted_keys(value, key):

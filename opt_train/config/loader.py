@@ -8,6 +8,7 @@ import os
 from opt_train.config import compat
 from opt_train.config.issues import ConfigError
 from opt_train.config.layering import layer
+from opt_train.config.paths import resolve_paths
 from opt_train.config.validate import validate
 
 
@@ -29,6 +30,8 @@ def load_config(paths, overrides=()):
     paths = [str(path) for path in paths]
     layered = layer(paths, overrides)
     compat_issues, notes = compat.apply(layered.data, layered.locations)
+    if isinstance(layered.data, dict):
+        resolve_paths(layered.data, layered.locations)  # the one path rule (config/paths.py)
     config, issues = validate(
         layered.data,
         layered.locations,

@@ -141,17 +141,7 @@ class TrainConfig:
     def code_folders(self):
         """Where the user's modules are imported from: `python_path` entries, each relative to the
         file that set it, else the folder of every config file the config was read from."""
-        import os
-
-        if self.python_path:
-            folders = []
-            for index, entry in enumerate(self.python_path):
-                file, _ = self.locate(f"python_path[{index}]")
-                relative_to = os.path.dirname(file) if file and os.path.exists(file) else ""
-                folders.append(os.path.normpath(os.path.join(relative_to, os.path.expanduser(entry))))
-            return folders
-        files = {file for file, _ in self.locations.values() if file and os.path.isfile(file)}
-        return sorted({os.path.dirname(os.path.abspath(file)) for file in files})
+        return code_folders(self.python_path, self.locations)
 
     def issue_for(self, section, error):
         """A library error raised while building `section` (e.g. `optimizer_params`), located.
@@ -162,6 +152,21 @@ class TrainConfig:
         error = as_param_error(error)
         key = error.key or join_key(section, error.param)
         return self.issue(key, error.message, error.code, error.value)
+
+
+def code_folders(python_path, locations):
+    """`TrainConfig.code_folders` from the values it reads (the validator has no config yet)."""
+    import os
+
+    if python_path:
+        folders = []
+        for index, entry in enumerate(python_path):
+            file, _ = locate(locations, f"python_path[{index}]")
+            relative_to = os.path.dirname(file) if file and os.path.exists(file) else ""
+            folders.append(os.path.normpath(os.path.join(relative_to, os.path.expanduser(entry))))
+        return folders
+    files = {file for file, _ in locations.values() if file and os.path.isfile(file)}
+    return sorted({os.path.dirname(os.path.abspath(file)) for file in files})
 
 
 def config_fields():

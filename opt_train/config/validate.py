@@ -16,7 +16,9 @@ from opt_train.config.registries import registry
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, join_key, locate
 from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
+from opt_train.errors import ParamError
 from opt_train.params import ParamErrors
+from opt_train.usercode import UserCodeError
 
 # -- field rules: rule(name, value) -> typed value --------------------------------
 
@@ -173,6 +175,50 @@ def distribution(values):
     return {"distributed": distributed, "use_horovod": use_horovod, "num_gpus": num_gpus}
 
 
+def user_code(values, locations):
+    """What can be known of the user's code without running it: its modules exist (found, not
+    imported), and a factory defined in a .py source takes the parameters the config gives."""
+    from opt_train import usercode
+    from opt_train.config.schema import code_folders
+
+    folders = code_folders(values.get("python_path") or (), locations)
+    errors = []
+    optimizer = values.get("optimizer")
+    if isinstance(optimizer, str) and "." in optimizer and not optimizer.startswith(("tf.", "tensorflow")):
+        module = optimizer.replace(":", ".").rpartition(".")[0]
+        problem = usercode.module_missing(module, folders)
+        if problem:
+            errors.append(ParamError.at("optimizer", "unknown_name",
+                                        f"cannot import the optimizer class `{optimizer}`: {problem}", optimizer))
+    for block, label in (("model", "Model factory '{}': "), ("data", "")):
+        spec = values.get(block)
+        if not isinstance(spec, dict) or "factory" not in spec:
+            continue
+        try:
+            module, function = usercode.split(spec["factory"])
+        except ValueError:
+            continue  # the spec's own rule reports it
+        key, prefix = f"{block}.factory", label.format(spec["factory"])
+        problem = usercode.module_missing(module, folders)
+        if problem:
+            errors.append(usercode.UserCodeError(key, prefix + problem))  # train's verdict, code user_code
+            continue
+        params = dict(values.get(f"{block}_params") or {})
+        if block == "data":
+            params = {k: v for k, v in params.items() if k not in ("task", "num_classes")}
+            supplied, target = ("split", "rank", "size", "seed"), f"{module}:{function}"
+        else:
+            supplied, target = ("task",), spec["factory"]
+        found = usercode.call_problem(target, usercode.source_signature(spec["factory"], folders), params, supplied)
+        if found:
+            param, code, message = found
+            errors.append(ParamError.at(f"{block}_params.{param}", code, message, params.get(param)))
+    if errors:
+        raise RuleErrors(errors)
+
+
+USER_CODE_FIELDS = ("optimizer", "model", "model_params", "data", "data_params", "python_path")
+
 # (fields it reads, key an issue is reported at, rule). A rule may return
 # {field: new value} to store a resolved value.
 CROSS_RULES = (
@@ -214,7 +260,12 @@ class Validator:
             return True, rule(*args)
         except (RuleErrors, ParamErrors) as group:
             for error in group.errors:
-                self.report(key, error)
+                if isinstance(error, UserCodeError):
+                    file, line = locate(self.locations, error.key)
+                    self.issues.append(ConfigIssue(file or self.fallback_file, line, error.key, error.code,
+                                                   error.message))
+                else:
+                    self.report(key, error)
         except ValueError as error:
             self.report(key, as_param_error(error))
         return False, None
@@ -241,6 +292,8 @@ class Validator:
             ok, resolved = self.apply(key, rule, values)
             if ok and resolved:
                 values.update(resolved)
+        if not failed.intersection(USER_CODE_FIELDS):
+            self.apply("model", user_code, values, self.locations)
 
 
 def default_values(logdir):

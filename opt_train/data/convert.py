@@ -107,4 +107,6 @@ def to_tfrecord(path, out, *, shards, compression="none", eval_fraction=0.0, see
     )
     if classification:
         params["num_classes"] = source.task.num_classes
+        if source.task.labels != tuple(range(source.task.num_classes)):  # string labels: keep their values
+            params["labels"] = list(source.task.labels)
     return {"examples": {"train": len(x_train), "eval": len(x_eval)}, "data_params": params}

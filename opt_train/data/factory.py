@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from opt_train import usercode
 from opt_train.data.streams import epoch_seed, shuffled_batches, steps_per_epoch, stream_from
+from opt_train.errors import ParamError
 from opt_train.data.task import Task
 from opt_train.usercode import UserCodeError
 
@@ -44,6 +45,11 @@ def call_factory(function, split, params, *, rank, size, seed):
     """`function(split=..., **params)` (+ rank, size, seed when declared); (dataset or None, sharded by it)."""
     declared = inspect.signature(function).parameters
     extra = {name: value for name, value in (("rank", rank), ("size", size), ("seed", seed)) if name in declared}
+    problem = usercode.call_problem(_qualname(function), usercode.signature(function), params,
+                                    supplied=("split", *extra))
+    if problem:
+        param, code, message = problem
+        raise ParamError.at(f"data_params.{param}", code, message, params.get(param))
     try:
         dataset = usercode.call(function, "data.factory", split=split, **params, **extra)
     except UserCodeError as error:

@@ -1,4 +1,4 @@
-"""The loss and metric names a config may give (Keras's own registry names), checked without TensorFlow.
+"""The loss and metric names a config may give (every spelling Keras's `compile` accepts), checked without TensorFlow.
 
 `tests/data/test_objectives.py` checks each name against Keras (`keras.losses.get`,
 `keras.metrics.get`), so these lists cannot drift from the installed Keras unnoticed.
@@ -30,15 +30,40 @@ METRIC_NAMES = (
 )
 
 
+# What `Model.compile` accepts beyond the registry names, as a Keras user writes them:
+# the compile-time strings Keras maps by the labels' shape (opt-train's labels are class
+# ids, so the sparse class is the one Keras would pick) and Keras 2 spellings.
+LOSS_ALIASES = {"ce": "sparse_categorical_crossentropy", "crossentropy": "sparse_categorical_crossentropy",
+                "kullback_leibler_divergence": "kl_divergence"}
+METRIC_ALIASES = {"acc": "accuracy", "ce": "sparse_categorical_crossentropy",
+                  "crossentropy": "sparse_categorical_crossentropy", "kld": "kl_divergence",
+                  "logcosh": "log_cosh_error", "log_cosh": "log_cosh_error", "rmse": "root_mean_squared_error"}
+
+
+def _key(name):
+    """Spelling-free key: `MeanSquaredError`, `mean_squared_error` and `MEAN-SQUARED-ERROR` are one name."""
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def _table(names, aliases):
+    table = {_key(name): name for name in names}  # class names (`LogCosh`, `AUC`) meet their snake names here
+    table.update({_key(alias): target for alias, target in aliases.items()})
+    return table
+
+
+_LOSSES = _table(LOSS_NAMES, LOSS_ALIASES)
+_METRICS = _table(METRIC_NAMES, METRIC_ALIASES)
+
+
 def resolve_loss(name):
-    """`name` in Keras's spelling (case ignored); raises UnknownNameError with the closest name."""
-    if isinstance(name, str) and name.lower() in LOSS_NAMES:
-        return name.lower()
-    raise UnknownNameError("loss", name, LOSS_NAMES)
+    """The registry name of a loss as Keras's `compile` accepts it (class name, snake name, alias; any case)."""
+    if isinstance(name, str) and _key(name) in _LOSSES:
+        return _LOSSES[_key(name)]
+    raise UnknownNameError("loss", name, LOSS_NAMES + tuple(LOSS_ALIASES))
 
 
 def resolve_metric(name):
-    """`name` in Keras's spelling (case ignored); raises UnknownNameError with the closest name."""
-    if isinstance(name, str) and name.lower() in METRIC_NAMES:
-        return name.lower()
-    raise UnknownNameError("metric", name, METRIC_NAMES)
+    """The registry name of a metric as Keras's `compile` accepts it (class name, snake name, alias; any case)."""
+    if isinstance(name, str) and _key(name) in _METRICS:
+        return _METRICS[_key(name)]
+    raise UnknownNameError("metric", name, METRIC_NAMES + tuple(METRIC_ALIASES))

@@ -56,11 +56,13 @@ class _FunctionLoss(keras.losses.Loss):
         return self.fn(y_true, y_pred, **self.params)
 
 
-def make_loss(spec, params):
+def make_loss(spec, params, from_logits=True):
     """A `keras.losses.Loss` from a Keras name or `{"factory": "pkg.mod:fn"}`, with `params`.
 
     A factory names the loss function itself, `fn(y_true, y_pred, **params)`, which
     returns a loss per example (or per element); Keras's Loss base class reduces it.
+    `from_logits` is the default of a class that takes it (False: the model outputs
+    probabilities); `params` may still set it.
     """
     params = dict(params or {})
     if isinstance(spec, dict):
@@ -71,7 +73,7 @@ def make_loss(spec, params):
     cls = _loss_classes().get(fn)
     _check_params(cls.__init__, params, "loss")
     if "from_logits" in inspect.signature(cls.__init__).parameters:
-        params.setdefault("from_logits", True)
+        params.setdefault("from_logits", from_logits)
     return cls(**params, dtype="float32") if "dtype" in inspect.signature(cls.__init__).parameters else cls(**params)
 
 
@@ -81,7 +83,43 @@ def make_metric(name, task):
     if canonical == "accuracy" and task.kind != "regression":
         return keras.metrics.SparseCategoricalAccuracy(name=name)
     metric = keras.metrics.get(canonical)
-    return metric if isinstance(metric, keras.metrics.Metric) else keras.metrics.MeanMetricWrapper(metric, name=name)
+    if not isinstance(metric, keras.metrics.Metric):
+        return keras.metrics.MeanMetricWrapper(metric, name=name)
+    if "from_logits" in inspect.signature(type(metric).__init__).parameters:
+        # Keras's default reads probabilities; opt-train's models output logits unless they end in softmax.
+        return type(metric)(name=name, from_logits=task.from_logits)
+    return metric
+
+
+def match_output(task, probability, loss=None, loss_params=None):
+    """`task` scored on a model whose output is already a probability, or a ValueError (with `.key`) saying the fix.
+
+    Args:
+        probability: `(layer name, "softmax" | "sigmoid")` from
+            `opt_train.models.output.probability_output`, or None (logits: `task` as it is).
+        loss, loss_params: the config's `loss` and `loss_params`.
+    """
+    if probability is None or task.kind == "regression":
+        return task
+    layer, activation = probability
+    params = dict(loss_params or {})
+
+    def refuse(key, message):
+        error = ValueError(f"the model's last layer {layer!r} ends in {activation}, so it outputs probabilities; "
+                           f"{message}")
+        error.key = key
+        return error
+
+    if params.get("from_logits") is True:
+        raise refuse("loss_params.from_logits", "from_logits: true would apply it twice. "
+                     "Drop loss_params.from_logits, or give that layer no activation (logits)")
+    if loss is None and activation == "sigmoid":
+        raise refuse("model", "independent per-class probabilities, which the default loss (sparse categorical "
+                     "crossentropy over classes) cannot score. End the model in softmax, or in no activation (logits)")
+    task = dataclasses.replace(task, from_logits=False)
+    if loss is not None and not isinstance(loss, dict):
+        task = dataclasses.replace(task, loss_object=make_loss(loss, params, from_logits=False))
+    return task
 
 
 def with_objectives(task, loss=None, loss_params=None, metrics=()):

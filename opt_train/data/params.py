@@ -25,6 +25,8 @@ fraction = _p.FRACTION  # a dropout rate
 open_fraction = _p.number(0, 1, low_open=True, high_open=True)  # a share held out for evaluation
 boolean = _p.boolean
 non_empty_string = _p.string
+existing_file = _p.existing_file
+matching_globs = _p.matching_globs
 positive_int_list = _p.list_of(positive_int, text="a non-empty list of positive integers", non_empty=True)
 
 
@@ -43,6 +45,16 @@ def single_character(name, value):
 
 
 optional_string = _p.optional(non_empty_string)
+
+
+def _label_value(name, value):
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        fail(name, "wrong_type", "must be a string or an integer", value)
+    return value
+
+
+# The label value of each class id, as `data to-tfrecord` writes it.
+optional_label_list = _p.optional(_p.list_of(_label_value, text="a non-empty list of label values", non_empty=True))
 optional_positive_int = _p.optional(int_at_least(2))
 
 

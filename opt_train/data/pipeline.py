@@ -10,6 +10,7 @@ steps. Examples live in memory; a batch is a `tf.gather` of its indices.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -81,7 +82,7 @@ def _check_sizes(batch_size, eval_batch_size, rank, size):
         raise ValueError(f"`rank` must be in [0, {size}). Received: rank={rank}")
 
 
-def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_size=None):
+def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_size=None, statistics=None):
     """Dataset `name` with `params` as a `DataBundle` for rank `rank` of `size`.
 
     Args:
@@ -91,6 +92,9 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
         seed: shuffle seed; give every rank the same one.
         rank, size: this process's place among the data-parallel workers.
         eval_batch_size: examples per eval batch. Defaults to `batch_size`.
+        statistics: the `normalization.Statistics` to standardise with (those a run saved),
+            instead of computing them from the train split. Used only where
+            `normalize` is on (csv, npz, tfrecord with float inputs).
 
     Raises:
         UnknownNameError: for an unknown dataset or parameter name.
@@ -102,10 +106,15 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
     if registry.is_factory(name):
         return _factory_bundle(name, registry.check_params(name, params), batch_size, seed, rank, size, eval_batch_size)
     canonical = registry.resolve(name)
+    params = registry.check_params(canonical, params)
     if canonical == "tfrecord":
-        return _tfrecord_bundle(registry.check_params(canonical, params), batch_size, seed, rank, size, eval_batch_size)
-    source = sources.load_source(canonical, registry.check_params(canonical, params))
+        return _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics)
+    normalize = params.get("normalize", False)
+    source = sources.load_source(canonical, params)
     (x_train, y_train), (x_eval, y_eval) = source.train, source.eval
+    if normalize and source.task.input_dtype == "float32":
+        x_train, x_eval, task = _standardised(x_train, x_eval, source.task, statistics)
+        source = source._replace(task=task)
     steps_per_epoch = streams.steps_per_epoch(len(x_train) // size, batch_size)
     return DataBundle(
         train=train_dataset(x_train, y_train, batch_size=batch_size, seed=seed, rank=rank, size=size),
@@ -116,11 +125,28 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
     )
 
 
-def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size):
+def _standardised(x_train, x_eval, task, statistics):
+    """Both splits standardised with the train split's statistics (or `statistics`), and the Task saying so."""
+    from opt_train.data import normalization
+
+    if statistics is None or statistics.mean.shape != tuple(task.input_shape):
+        statistics = normalization.from_array(x_train)
+    # In place: the loaders' arrays are their own copies, and a second 1 GiB array would double the peak.
+    def standardise(x):
+        return statistics.apply(x, out=x) if x.flags.writeable else statistics.apply(x)
+
+    same = x_eval is x_train
+    x_train = standardise(x_train)
+    x_eval = x_train if same else standardise(x_eval)
+    return x_train, x_eval, dataclasses.replace(task, normalization=statistics)
+
+
+def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics=None):
     from opt_train.data.tfrecord import TFRecordData
 
     data = TFRecordData(
-        params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size
+        params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size,
+        statistics=statistics,
     )
     return DataBundle(
         train=data.train_from(0),

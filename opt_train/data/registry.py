@@ -15,6 +15,10 @@ TASK_KINDS = ("classification", "regression")
 
 _SEED = p.Param(0, p.any_int, "seed of the generated data and of the train/eval split")
 _EVAL_FRACTION = p.Param(0.2, p.open_fraction, "share of the examples held out for evaluation")
+# The user's own numbers arrive in their own units (income in tens of thousands beside a
+# ratio); unscaled they train to chance. Keras users put an adapted Normalization first.
+_NORMALIZE = p.Param(True, p.boolean, "standardise float inputs with the train split's mean and std "
+                     "(saved in logdir/data.json and built into the export)")
 
 DATASET_SPECS = {
     "digits": {
@@ -54,6 +58,7 @@ DATASET_SPECS = {
         "eval_path": p.Param(None, p.optional_string, "a separate .npz for evaluation"),
         "eval_fraction": _EVAL_FRACTION,
         "seed": _SEED,
+        "normalize": _NORMALIZE,
     },
     "csv": {
         "path": p.Param(p.REQUIRED, p.non_empty_string, "the .csv file"),
@@ -65,6 +70,7 @@ DATASET_SPECS = {
         "eval_path": p.Param(None, p.optional_string, "a separate .csv for evaluation"),
         "eval_fraction": _EVAL_FRACTION,
         "seed": _SEED,
+        "normalize": _NORMALIZE,
     },
     # ----- streamed from TFRecord files (opt_train.data.tfrecord) -----
     "tfrecord": {
@@ -78,6 +84,8 @@ DATASET_SPECS = {
         "task": p.Param("classification", p.one_of(*TASK_KINDS, kind="task"), "classification | regression"),
         "num_classes": p.Param(None, p.optional_positive_int, "classes (required for classification)"),
         "shuffle_buffer": p.Param(10000, p.positive_int, "records in the shuffle buffer (1: no shuffle)"),
+        "normalize": _NORMALIZE,
+        "labels": p.Param(None, p.optional_label_list, "the label value of each class id (in class-id order)"),
     },
 }
 
@@ -150,15 +158,38 @@ def _factory_errors(spec, params):
     return errors
 
 
+# The parameters that name files, and the rule each file must pass (checked once the
+# parameters are otherwise right, so `validate` and `train` find a missing file alike).
+# The config layer resolves these against the config file's folder (`opt_train.config.paths`).
+PATH_PARAMS = {
+    "npz": {"path": p.existing_file, "eval_path": p.existing_file},
+    "csv": {"path": p.existing_file, "eval_path": p.existing_file},
+    "tfrecord": {"train_files": p.matching_globs, "eval_files": p.matching_globs},
+}
+
+
+def _file_errors(name, params):
+    errors = []
+    for param, rule in PATH_PARAMS.get(name, {}).items():
+        value = (params or {}).get(param)
+        if value is None:
+            continue
+        try:
+            rule(param, value)
+        except p.ParamError as error:
+            errors.append(error)
+    return errors
+
+
 def param_errors(name, params):
-    """Every problem with `params` for dataset `name` (exceptions with `.param`)."""
+    """Every problem with `params` for dataset `name` (exceptions with `.param`); missing files last."""
     if is_factory(name):
         return _factory_errors(name, params)
     name = resolve(name)
     errors = p.param_errors(DATASET_SPECS[name], params, name)
-    if errors or name != "tfrecord":
-        return errors
-    return _tfrecord_errors(params)
+    if not errors and name == "tfrecord":
+        errors = _tfrecord_errors(params)
+    return errors or _file_errors(name, params)
 
 
 def _tfrecord_errors(params):
@@ -180,6 +211,9 @@ def _tfrecord_errors(params):
                 errors.append(p.ParamError(key, "wrong_type", "must name a float32 or int64 feature", name))
         if task == "classification" and features[params["y"]]["dtype"] != "int64":
             errors.append(p.ParamError("y", "wrong_type", "must name an int64 feature for classification", params["y"]))
+    labels, classes = params.get("labels"), params.get("num_classes")
+    if labels is not None and classes is not None and len(labels) != classes:
+        errors.append(p.ParamError("labels", "conflict", f"must hold one value per class ({classes})", labels))
     return errors
 
 

@@ -77,10 +77,10 @@ def reversal_source(vocab_size, seq_len, num_examples, eval_fraction, seed):
 
 
 def _existing(path, param):
-    full = os.path.abspath(os.path.expanduser(path))  # relative to the current directory
-    if not os.path.isfile(full):
-        raise ValueError(f"`{param}` must name an existing file. Received: {param}={path!r}")
-    return full
+    from opt_train.params import existing_file
+
+    existing_file(param, path)  # a config's relative paths arrive resolved against its folder
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _read_npz(path, x_key, y_key, param):
@@ -163,7 +163,11 @@ def _column_index(label_column, names, width, path):
 
 
 def _class_labels(train_y, eval_y, num_classes):
-    """Labels as int32 class ids: integers as they are, anything else mapped by sorted value."""
+    """Labels as int32 class ids and the vocabulary: integers as they are, anything else mapped by sorted value.
+
+    Returns `(ids_train, ids_eval, num_classes, labels)`; `labels[i]` is the value class `i`
+    was written as (an int, or a str), so predictions can be given back in the user's terms.
+    """
     both = np.concatenate([np.ravel(train_y), np.ravel(eval_y)])
     try:
         numeric = both.astype(np.float64)
@@ -172,6 +176,7 @@ def _class_labels(train_y, eval_y, num_classes):
         integral = False
     if integral:
         ids_train, ids_eval = (np.ravel(a).astype(np.float64).astype(np.int32) for a in (train_y, eval_y))
+        values = None
     else:
         values = np.unique(both.astype(str))
         ids_train, ids_eval = (
@@ -184,7 +189,11 @@ def _class_labels(train_y, eval_y, num_classes):
         raise ValueError(
             f"`num_classes` must exceed every label. Received: num_classes={num_classes}, label {found - 1}"
         )
-    return ids_train, ids_eval, num_classes
+    if values is None:
+        labels = tuple(range(num_classes))
+    else:  # classes beyond the values seen (a larger num_classes) answer with their id
+        labels = tuple(str(v) for v in values) + tuple(str(i) for i in range(len(values), num_classes))
+    return ids_train, ids_eval, num_classes, labels
 
 
 def _user_source(train, held_out, task_kind, num_classes):
@@ -204,8 +213,9 @@ def _user_source(train, held_out, task_kind, num_classes):
         y_train, y_eval = (np.asarray(a, dtype=np.float32).reshape(len(a), -1) for a in (y_train, y_eval))
         task = Task("regression", input_shape, int(y_train.shape[1]), image_shape=image_shape)
     else:
-        y_train, y_eval, num_classes = _class_labels(y_train, y_eval, num_classes)
-        task = Task("classification", input_shape, num_classes, num_classes=num_classes, image_shape=image_shape)
+        y_train, y_eval, num_classes, labels = _class_labels(y_train, y_eval, num_classes)
+        task = Task("classification", input_shape, num_classes, num_classes=num_classes, image_shape=image_shape,
+                    labels=labels)
     return Source((x_train, y_train), (x_eval, y_eval), task)
 
 
@@ -254,7 +264,11 @@ LOADERS = {
 
 
 def load_source(name, params):
-    """The Source of dataset `name` (canonical) with checked, defaults-filled `params`."""
+    """The Source of dataset `name` (canonical) with checked, defaults-filled `params`.
+
+    `normalize` is the pipeline's (`opt_train.data.pipeline`): a Source holds the data as read.
+    """
+    params = {key: value for key, value in params.items() if key != "normalize"}
     if name in LOADERS:
         return LOADERS[name](**params)
     return DATASET_MODULES[name].source(**params)

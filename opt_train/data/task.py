@@ -40,6 +40,14 @@ class Task:
     # The config's `loss` (a keras.losses.Loss) and `metrics` (Keras names), when it gives them.
     loss_object: Any = field(default=None, compare=False)
     metric_names: Tuple[str, ...] = ()
+    # The user's own label values by class id (`labels[i]` is what class i was written as),
+    # and the input standardisation the data applied (`data.normalization.Statistics`):
+    # the export puts both back around the model, so it takes raw rows and answers in labels.
+    labels: Optional[Tuple[Any, ...]] = field(default=None, compare=False)
+    # False when the model's output is already a probability (a softmax last layer):
+    # the default loss and the crossentropy metrics then read probabilities.
+    from_logits: bool = True
+    normalization: Any = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
@@ -49,7 +57,7 @@ class Task:
         """Mean loss over the batch (and positions) as a float32 scalar.
 
         Classification and sequence: sparse softmax cross-entropy of the logits
-        `y_pred` against integer labels. Regression: mean squared error. With
+        `y_pred` (of the probabilities when `from_logits` is False) against integer labels. Regression: mean squared error. With
         `sample_weight` (one number per example) each example's loss is weighted and
         the sum divided by the batch size, as Keras's "sum_over_batch_size": so
         micro-batches and ranks averaged equal one big batch.
@@ -67,7 +75,12 @@ class Task:
             per_example = tf.reduce_mean(tf.reshape(squared, [tf.shape(squared)[0], -1]), axis=1)
         else:
             labels = tf.cast(y_true, tf.int32)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+            if self.from_logits:
+                per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+            else:
+                import keras
+
+                per_example = keras.losses.sparse_categorical_crossentropy(labels, y_pred, from_logits=False)
             if sample_weight is None:
                 return tf.reduce_mean(per_example)
             per_example = tf.reshape(per_example, [tf.shape(per_example)[0], -1])

@@ -43,6 +43,10 @@ def build_from_factory(spec, params, task):
     function = load_factory(spec)
     target = spec["factory"]
     kwargs = dict(params or {})
+    problem = usercode.call_problem(target, usercode.signature(function), kwargs, supplied=("task",))
+    if problem:
+        param, code, message = problem
+        raise ParamError.at(f"model_params.{param}", code, message, kwargs.get(param))
     if _accepts_task(function):
         kwargs["task"] = task
     try:

@@ -168,7 +168,14 @@ def param_errors(spec, params):
     if kind == "keras_application":
         return _application_param_errors(params)
     if kind == "path":
-        return p.param_errors(PATH_SPEC, params, "saved model")
+        errors = p.param_errors(PATH_SPEC, params, "saved model")
+        if not errors:  # a missing file last, as for the datasets' files
+            try:
+                p.existing_file("path", spec["path"])
+            except p.ParamError as error:
+                error.key = "model.path"
+                errors.append(error)
+        return errors
     if is_factory(spec):
         try:
             split_spec(spec)

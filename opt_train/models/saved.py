@@ -20,7 +20,7 @@ def _fits(model_shape, data_shape):
 
 
 def load_saved_model(path, params, task):
-    """The model in `path` (a .keras file, relative to the current directory), uncompiled.
+    """The model in `path` (a .keras file; a config's relative path arrives resolved against its folder), uncompiled.
 
     Args:
         path: the `.keras` file.
@@ -35,7 +35,7 @@ def load_saved_model(path, params, task):
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(full):
         raise ParamError.at(
-            "model", "out_of_range", f"`model` path must name an existing .keras file. Received: path={path!r}",
+            "model.path", "file_not_found", f"must name an existing .keras file; no such file {full}", path,
         )
     try:
         model = keras.saving.load_model(full, compile=False, safe_mode=params["safe_mode"])

@@ -63,6 +63,7 @@ def build_run(config, backend, *, with_train_op=True):
     problem = fit_problem(model, data.task)
     if problem:
         raise ConfigError([config.issue("model", problem, "out_of_range")])
+    data = data._replace(task=_scored_as_output(config, model, data.task))
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
     max_steps, updates_per_epoch = run_length(config, data)
@@ -91,6 +92,17 @@ def enable_determinism():
     tf.config.experimental.enable_op_determinism()
 
 
+def _scored_as_output(config, model, task):
+    """The task scoring `model`'s outputs as they are: probabilities when its last layer ends in softmax."""
+    from opt_train.data.objectives import match_output
+    from opt_train.models.output import probability_output
+
+    try:
+        return match_output(task, probability_output(model), config.loss, dict(config.loss_params))
+    except ValueError as error:
+        raise ConfigError([config.issue(error.key, str(error), "conflict")]) from None
+
+
 def _memory_problem(config, task):
     """Why the built-in model cannot fit in memory (checked before TensorFlow allocates it), or None."""
     from opt_train.models import registry
@@ -115,6 +127,7 @@ def build_data_for(config, backend):
     A bad parameter is a located ConfigError.
     """
     from opt_train.data import build_data
+    from opt_train.data.card import read_statistics
 
     with _config_key(config, "data_params"):
         return build_data(
@@ -125,6 +138,8 @@ def build_data_for(config, backend):
             rank=backend.worker_index,
             size=backend.num_workers,
             eval_batch_size=config.eval_batch_size,
+            # A logdir's later commands (resume, eval, predict, export) standardise as its run did.
+            statistics=read_statistics(config.logdir),
         )
 
 

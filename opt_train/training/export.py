@@ -22,30 +22,57 @@ def export_dir(config):
 
 
 def serving_outputs(task, outputs):
-    """The serving signature's outputs: `outputs` (what evaluation scores), plus `classes` when classifying."""
+    """The serving signature's outputs: `outputs` (what evaluation scores), plus `classes` when classifying.
+
+    With a label vocabulary (`task.labels`) also `labels`: each class id as the data wrote it.
+    """
     import tensorflow as tf
 
     result = {"outputs": outputs}
     if task.kind in ("classification", "sequence"):
         result["classes"] = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+        if task.labels is not None and task.kind == "classification":
+            result["labels"] = tf.gather(tf.constant(list(task.labels)), result["classes"])
     return result
+
+
+def serving_model(model, task):
+    """`model` taking raw inputs: behind the data's standardisation layer when the data had one.
+
+    The run trained on standardised inputs; the exported model and `predict` take rows as
+    the user has them, so the same statistics go in front as a Keras `Normalization` layer.
+    """
+    if task.normalization is None:
+        return model
+    import keras
+
+    from opt_train.data.normalization import keras_layer
+
+    inputs = keras.Input(tuple(task.input_shape), dtype=task.input_dtype, name="inputs")
+    outputs = model(keras_layer(task.normalization, task.input_shape)(inputs))
+    return keras.Model(inputs, outputs, name=f"{model.name}_on_raw_inputs")
 
 
 def export_model(model, task, directory):
     """Writes `directory/model.keras` (no optimizer) and `directory/saved_model/` (signature `serving_default`).
 
-    The signature takes `inputs` (a batch of the task's input shape and dtype) and
-    returns `outputs` (float32: logits, or regression values) and, for classification
-    and sequence tasks, `classes` (their argmax). Each artifact is written beside its
-    final place and then renamed, so a reader never sees half of one.
+    The signature takes `inputs` (a batch of the task's input shape and dtype, raw:
+    the data's standardisation is the models' first layer) and returns `outputs`
+    (float32: logits, or regression values) and, for classification and sequence tasks,
+    `classes` (their argmax), plus `labels` when the data had a label vocabulary.
+    `directory/data.json` holds that vocabulary and the statistics. Each artifact is
+    written beside its final place and then renamed, so a reader never sees half of one.
 
     Returns:
-        `{"keras": path, "saved_model": path}`.
+        `{"keras": path, "saved_model": path, "data": path}`.
     """
     import keras
     import tensorflow as tf
 
+    from opt_train.data import card
+
     os.makedirs(directory, exist_ok=True)
+    model = serving_model(model, task)
     # The SavedModel first: it needs no layer configs, so a model Keras cannot serialize still ships.
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -66,7 +93,7 @@ def export_model(model, task, directory):
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
-    return {"keras": keras_path, "saved_model": saved_path}
+    return {"keras": keras_path, "saved_model": saved_path, "data": card.write(directory, task)}
 
 
 def export_at_end(run, say):
@@ -155,26 +182,56 @@ class PredictInputError(ValueError):
 
 
 def check_input_path(path):
-    """Raises PredictInputError unless `path` is an existing .npz file."""
-    if not path.endswith(".npz"):
-        kind = "TFRecord files are not read yet" if path.endswith((".tfrecord", ".tfrecords")) else "expected .npz"
-        raise PredictInputError(f"--input: {path}: {kind}; give a .npz file with an array `x`")
+    """Raises PredictInputError unless `path` is an existing .npz or .csv file."""
+    if not path.endswith((".npz", ".csv")):
+        kind = "TFRecord files are not read yet" if path.endswith((".tfrecord", ".tfrecords")) else "expected .npz or .csv"
+        raise PredictInputError(f"--input: {path}: {kind}; give a .npz file with an array `x`, or a .csv")
     if not os.path.isfile(path):
-        raise PredictInputError(f"--input: no such file {path}")
+        raise PredictInputError(f"--input: no such file {os.path.abspath(path)}")
 
 
-def read_inputs(path, task, key=None):
-    """The input array of a .npz file: `key`, else `x`, else its only array; checked against `task`."""
-    check_input_path(path)
+def _read_csv_rows(path, task, data_params):
+    """The feature columns of a .csv as the data's (its label column, when present, left out)."""
+    from opt_train.data.sources import _read_csv
+
+    header = data_params.get("header", True)
+    delimiter = data_params.get("delimiter", ",")
+    label_column = data_params.get("label_column", -1)
+    width = int(np.prod(task.input_shape))
     try:
-        with np.load(path, allow_pickle=False) as arrays:
-            names = list(arrays.files)
-            name = key or ("x" if "x" in names else (names[0] if len(names) == 1 else None))
-            inputs = arrays[name] if name in names else None
-    except (OSError, ValueError) as error:  # not a zip, or object arrays refused without pickle
-        raise PredictInputError(f"--input: {path} is not a readable .npz file ({error})") from None
-    if inputs is None:
-        raise PredictInputError(f"--input: {path} has no array `{key or 'x'}`; it holds {sorted(names)}")
+        with open(path, newline="") as handle:
+            first = handle.readline().rstrip("\r\n").split(delimiter)
+    except (OSError, UnicodeDecodeError) as error:
+        raise PredictInputError(f"--input: {path} cannot be read ({error})") from None
+    has_label = len(first) == width + 1 or (header and isinstance(label_column, str) and label_column in
+                                            [name.strip() for name in first])
+    try:
+        if has_label:
+            features, _ = _read_csv(path, label_column, header, delimiter, "--input")
+        else:  # every column a feature: read it with a label column of our own, then drop nothing
+            features, labels = _read_csv(path, -1, header, delimiter, "--input")
+            features = np.concatenate([features, labels.astype(np.float64)[:, None]], axis=1)
+    except ValueError as error:
+        raise PredictInputError(f"--input: {error}") from None
+    return features
+
+
+def read_inputs(path, task, key=None, data_params=None):
+    """The inputs of a .npz file (`key`, else `x`, else its only array) or a .csv (raw rows); checked against `task`."""
+    check_input_path(path)
+    name = "rows"
+    if path.endswith(".csv"):
+        inputs = _read_csv_rows(path, task, dict(data_params or {}))
+    else:
+        try:
+            with np.load(path, allow_pickle=False) as arrays:
+                names = list(arrays.files)
+                name = key or ("x" if "x" in names else (names[0] if len(names) == 1 else None))
+                inputs = arrays[name] if name in names else None
+        except (OSError, ValueError) as error:  # not a zip, or object arrays refused without pickle
+            raise PredictInputError(f"--input: {path} is not a readable .npz file ({error})") from None
+        if inputs is None:
+            raise PredictInputError(f"--input: {path} has no array `{key or 'x'}`; it holds {sorted(names)}")
     expected = tuple(task.input_shape)
     if expected == (1,) and inputs.ndim == 1:  # one feature per example, given as a flat array
         inputs = inputs[:, None]
@@ -185,11 +242,46 @@ def read_inputs(path, task, key=None):
     return inputs.astype(task.input_dtype)
 
 
+def _npz_bytes(results):
+    buffer = io.BytesIO()
+    np.savez(buffer, **results)
+    return buffer.getvalue()
+
+
+def _csv_bytes(results):
+    """One row per example: `class` and `label` when classifying (the user's value beside the id), else the outputs."""
+    import csv
+
+    if "classes" in results and results["classes"].ndim == 1:
+        columns = {"class": results["classes"]}
+        if "labels" in results:
+            columns["label"] = results["labels"]
+    else:
+        outputs = results.get("outputs", np.zeros((0, 0)))
+        flat = outputs.reshape(len(outputs), -1)
+        columns = {f"output_{index}": flat[:, index] for index in range(flat.shape[1])}
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(list(columns))
+    writer.writerows(zip(*(column.tolist() for column in columns.values())))
+    return text.getvalue().encode()
+
+
+def _plain(array):
+    """A string tensor's bytes as text, so the .npz loads without pickle."""
+    if array.dtype == object:
+        return np.char.decode(array.astype(bytes), "utf-8")
+    return array
+
+
 def predict(config, input_path, output_path, checkpoint=None):
     """`opt-train predict`: the model of `checkpoint` run over `input_path`'s examples, written to `output_path`.
 
-    The .npz written holds `outputs` (what the evaluation scores: logits or
-    regression values) and, when classifying, `classes`. Returns `{name: shape}`.
+    `input_path` holds raw inputs (the model standardises them as the run did). The .npz
+    written holds `outputs` (what the evaluation scores: logits or regression values)
+    and, when classifying, `classes` and, with a label vocabulary, `labels` (the
+    user's own label values). An `output_path` ending in .csv gets one row per example
+    instead: `class,label` (or the outputs of a regression). Returns `{name: shape}`.
     """
     import tensorflow as tf
 
@@ -198,13 +290,12 @@ def predict(config, input_path, output_path, checkpoint=None):
     check_input_path(input_path)  # before the model is built: a typo fails at once
     run, restored = restore_model(config, checkpoint)
     task = run.data.task
-    inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"))
+    inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"), data_params=config.data_params)
     batch = config.eval_batch_size or config.batch_size_per_gpu
     # A compiled inference call, as the evaluation's, so predictions match what it scores.
-    step = tf.function(lambda x: serving_outputs(task, run.model(x, training=False)), reduce_retracing=True)
+    model = serving_model(run.model, task)
+    step = tf.function(lambda x: serving_outputs(task, model(x, training=False)), reduce_retracing=True)
     pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
-    results = {name: np.concatenate([piece[name].numpy() for piece in pieces]) for name in pieces[0]} if pieces else {}
-    buffer = io.BytesIO()
-    np.savez(buffer, **results)
-    write_bytes(output_path, buffer.getvalue())
+    results = {name: _plain(np.concatenate([piece[name].numpy() for piece in pieces])) for name in pieces[0]} if pieces else {}
+    write_bytes(output_path, _csv_bytes(results) if output_path.endswith(".csv") else _npz_bytes(results))
     return {"checkpoint": restored, "examples": int(len(inputs)), **{k: list(v.shape) for k, v in results.items()}}

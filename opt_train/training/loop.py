@@ -175,6 +175,11 @@ class Session:
             # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
             os.makedirs(config.logdir, exist_ok=True)
             config.dump(os.path.join(config.logdir, "config.yaml"))
+            from opt_train.data import card  # label vocabulary and input statistics (data.json)
+
+            card.write(config.logdir, self.run.data.task)
+            for line in card.describe(self.run.data.task):
+                self.progress.message(line)
             if not self.benchmark:
                 from opt_train.training.hparams import write_run_hparams
 

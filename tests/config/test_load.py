@@ -146,6 +146,10 @@ def test_to_dict_is_a_copy(tmp_path):
     ],
 )
 def test_values_are_coerced_to_their_field_type(tmp_path, line, field, expected):
+    # The user code named must exist (validate finds it without importing it).
+    (tmp_path / "my_pkg").mkdir()
+    for name, text in (("__init__", ""), ("optim", "class Fancy:\n    pass\n"), ("models", "def build(task):\n    pass\n")):
+        (tmp_path / "my_pkg" / f"{name}.py").write_text(text)
     text = line + "\n" if line.startswith(("max_steps", "num_epochs")) else f"max_steps: 3\n{line}\n"
     value = getattr(load_config([write(tmp_path, text)]), field)
     assert value == expected and type(value) is type(expected)

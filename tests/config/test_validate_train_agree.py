@@ -181,3 +181,54 @@ def test_train_refuses_a_bad_config_before_importing_tensorflow(tmp_path):
     done = run_python(main_code(["train", "--config", config], on_exit="assert stop.code == 2, stop.code"))
     assert done.returncode == 0, done.stderr
     assert "optimizer_params.beta_1: must be in [0, 1). Received: 1.5 [out_of_range]" in done.stderr
+
+
+# Files and user code: what `validate` knows without running anything (modules found, not
+# imported; a factory's parameters read from its source), refused by `train` alike.
+USER_MODELS = "import keras\n\ndef make(task, width=8):\n    return keras.Sequential([keras.Input(task.input_shape), keras.layers.Dense(task.output_dim)])\n"
+USER_DATA = ("import numpy as np\n\ndef make(split, n, scale=1.0):\n    import tensorflow as tf\n"
+             "    x = np.random.default_rng(0).normal(size=(n, 4)).astype('float32')\n"
+             "    return tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype('int64')))\n")
+USER_CORPUS = [
+    ("csv_file_missing", {"data": "csv", "data_params": {"path": "none.csv"}}, "data_params.path", "file_not_found"),
+    ("npz_eval_file_missing", {"data": "npz", "data_params": {"path": "ok.npz", "eval_path": "gone.npz"}},
+     "data_params.eval_path", "file_not_found"),
+    ("tfrecord_glob_matches_nothing", {"data": "tfrecord", "data_params": {
+        "train_files": "shards/train-*.tfrecord", "features": {"x": {"dtype": "float32", "shape": [4]},
+                                                              "y": {"dtype": "int64"}},
+        "x": "x", "y": "y", "num_classes": 2}}, "data_params.train_files", "file_not_found"),
+    ("saved_model_missing", {"model": {"path": "gone.keras"}, "model_params": {}}, "model.path", "file_not_found"),
+    ("optimizer_module_missing", {"optimizer": "no.such.Module"}, "optimizer", "unknown_name"),
+    ("model_factory_module_missing", {"model": {"factory": "nomod:make"}, "model_params": {}},
+     "model.factory", "user_code"),
+    ("model_factory_unknown_param", {"model": {"factory": "user_models:make"}, "model_params": {"widht": 3}},
+     "model_params.widht", "unknown_key"),
+    ("data_factory_module_missing", {"data": {"factory": "no_data_mod:make"}, "data_params": {"num_classes": 2}},
+     "data.factory", "user_code"),
+    ("data_factory_param_missing", {"data": {"factory": "user_data:make"}, "data_params": {"num_classes": 2}},
+     "data_params.n", "missing"),
+    ("data_factory_unknown_param", {"data": {"factory": "user_data:make"},
+                                    "data_params": {"num_classes": 2, "n": 64, "sclae": 2}},
+     "data_params.sclae", "unknown_key"),
+]
+
+
+@pytest.mark.parametrize("overrides, key, code", [case[1:] for case in USER_CORPUS],
+                         ids=[case[0] for case in USER_CORPUS])
+def test_validate_and_train_refuse_missing_files_and_user_code_alike(cli, write_config, tmp_path, overrides, key, code):
+    import numpy as np
+
+    (tmp_path / "user_models.py").write_text(USER_MODELS)
+    (tmp_path / "user_data.py").write_text(USER_DATA)
+    np.savez(tmp_path / "ok.npz", x=np.zeros((16, 4), np.float32), y=np.arange(16) % 2)
+    # Relative paths are the config folder's (tmp_path), not the current directory's.
+    config = write_config({**BASE, **overrides})
+    verdicts = {}
+    for command in ("validate", "train"):
+        result = cli(command, "--config", config)
+        assert result.exit_code == 2, (command, result.output)
+        assert "Traceback" not in result.output
+        verdicts[command] = issues_in(result.output)
+    assert verdicts["validate"] == verdicts["train"] == [(key, code)], verdicts
+    if code == "file_not_found":  # the message names the path as resolved, in the config's folder
+        assert str(tmp_path) in result.output
