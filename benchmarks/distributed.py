@@ -58,15 +58,16 @@ def contenders(batch, replicas=(2,), workers=(2,)):
     return found
 
 
-def measure(rounds, steps, batch, replicas=(2,), workers=(2,)):
+def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=()):
     """{name: [samples/s per round]} with the one-process baseline under "baseline"."""
+    common = list(settings)
     races = {"baseline": ([f"batch_size_per_gpu={batch}"], None), **contenders(batch, replicas, workers)}
     figures = {name: [] for name in races}
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(rounds):
             for name, (settings, np_) in races.items():
                 logdir = Path(scratch) / f"{name}-{number}"
-                final = _train(logdir, f"max_steps={steps}", *settings, np_=np_)
+                final = _train(logdir, f"max_steps={steps}", *common, *settings, np_=np_)
                 figures[name].append(final["benchmark/samples_per_sec"])
     return figures
 
@@ -97,15 +98,17 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64, help="the global batch every contender trains on")
     parser.add_argument("--replicas", type=int, nargs="*", default=[2])
     parser.add_argument("--workers", type=int, nargs="*", default=[2])
+    parser.add_argument("--set", dest="settings", action="append", default=[],
+                        help="a config override for every contender, e.g. model_params.hidden_units=[1024,1024]")
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 1, 30
-    figures = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers)
+    figures = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers, args.settings)
     found = ratios(figures)
     print(report(figures, found))
     results = {"figures": figures, "ratios": found, "targets": TARGETS, "quick": args.quick,
-               "rounds": args.rounds, "steps": args.steps, "global_batch": args.batch}
+               "rounds": args.rounds, "steps": args.steps, "global_batch": args.batch, "settings": args.settings}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

@@ -108,7 +108,6 @@ RANGE_CASES = [
 ] + [
     case("larc_eta_negative", OK + "larc_params: {larc_eta: -1}\n", expect="larc_params.larc_eta"),
     case("larc_mode_unknown", OK + "larc_params: {larc_mode: foo, larc_eta: 1}\n", expect="larc_params.larc_mode"),
-    case("larc_and_clip", OK + "larc_params: {larc_eta: 1}\nmax_grad_norm: 1\n", expect="[conflict]"),
     case("regularizer_unknown", OK + "regularizer: l3\n", expect="regularizer"),
     case("lr_power_negative", OK + "lr_policy: poly\nlr_policy_params: {power: -1}\n", expect="lr_policy_params.power"),
     case("warmup_negative", OK + "warmup: {steps: -1}\n", expect="warmup.steps"),

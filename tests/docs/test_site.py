@@ -80,6 +80,8 @@ def shell_commands(text):
 def opt_train_argv(command):
     """The arguments after `opt-train` in a shell line (after env settings or a launcher such as
     horovodrun), stopping at a comment, pipe, redirection or `&&`; None when it runs no opt-train."""
+    if "opt-train" not in command:
+        return None  # e.g. a line of a multi-line `python -c "..."`, which shlex cannot split alone
     words = shlex.split(command, comments=True)
     if "opt-train" not in words:
         return None
@@ -93,7 +95,12 @@ def opt_train_argv(command):
 
 def parse(args):
     """Runs the real CLI's parser over `args` down to the command it names, without invoking it:
-    unknown commands or options, missing arguments and bad values raise click's usage errors."""
+    unknown commands or options, missing arguments and bad values raise click's usage errors.
+    OpenSeq2Seq's run.py form (`--config_file=...`) is translated first, as `main()` does."""
+    from opt_train.cli import run_py
+
+    if run_py.is_run_py(list(args)):
+        args, _ = run_py.translate(list(args))
     command, name, parent = cli, "opt-train", None
     while True:
         ctx = command.make_context(name, list(args), parent=parent)
