@@ -99,6 +99,10 @@ def user_errors():
         click.echo(str(error), err=True)
         raise click.exceptions.Exit(error.exit_code) from None
     except KeyboardInterrupt:
+        # Ctrl-C outside the training loop (importing TensorFlow, building the run): the
+        # loop's own stops say where they saved; this one has nothing to save.
+        click.echo("interrupted by SIGINT before training started (or after it ended): nothing saved by this stop; "
+                   "run the same command to start again", err=True)
         raise click.exceptions.Exit(130) from None
 
 

@@ -19,7 +19,7 @@ from opt_train.params import ParamErrors
 
 # -- field rules: rule(name, value) -> typed value --------------------------------
 
-_STEPS = p.optional(p.integer(1))
+_STEPS = p.optional(p.STEP_COUNT)
 
 FIELD_RULES = {
     "model": rules.model_spec,

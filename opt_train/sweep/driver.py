@@ -223,11 +223,10 @@ class _Worker:
     def jobs(self):
         """Yields a Job whenever a slot is free and the study has a trial for this worker; None while it waits
         for trials that a dead worker on this machine left running."""
-        optuna = studies.optuna_module()
         while True:
             trial_id = studies.claim_waiting(self.study, self.plan.base_digest)
             if trial_id is not None:
-                job = self.start(optuna.trial.Trial(self.study, trial_id))
+                job = self.start(studies.trial_for(self.study, self.plan.spec, self.plan.queue, trial_id))
                 if job is not None:
                     yield job
                 continue
@@ -237,7 +236,8 @@ class _Worker:
             self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
             orphan, waiting = self.find_orphan()
             if orphan is not None:
-                job = self.start(optuna.trial.Trial(self.study, orphan[0]._trial_id), lock=orphan[1])
+                trial = studies.trial_for(self.study, self.plan.spec, self.plan.queue, orphan[0]._trial_id)
+                job = self.start(trial, lock=orphan[1])
                 if job is not None:
                     yield job
                 continue
@@ -265,6 +265,10 @@ class _Worker:
             fd = _lock(path)
             if fd is None:
                 waiting = True
+                continue
+            if self.study._storage.get_trial(frozen._trial_id).state != frozen.state:
+                # Its worker told the study and let the lock go between our two looks: not an orphan.
+                os.close(fd)
                 continue
             return (frozen, fd), True
         return None, waiting

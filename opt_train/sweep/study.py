@@ -124,9 +124,27 @@ def decoder(spec, queue):
     return decode
 
 
-def make_sampler(spec, queue):
-    """Optuna's sampler for `spec.sampler`, seeded with `spec.seed`."""
+def trial_seed(seed, number):
+    """The seed of trial `number` of a study seeded `seed`: distinct per trial, the same for every worker.
+
+    Workers seeded alike would otherwise draw the same sequence and propose the same
+    points; the trial number is handed out by the study, once, so it is each proposal's identity.
+    """
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
+def make_sampler(spec, queue, number=None):
+    """Optuna's sampler for `spec.sampler`, seeded with `spec.seed`; for trial `number`, with `trial_seed`.
+
+    QMC keeps the study's seed: its points are one scrambled sequence that the study
+    numbers itself, so each worker already takes the next point of it.
+    """
     samplers = optuna_module().samplers
+    seed = spec.seed
+    if seed is not None and number is not None and spec.sampler != "qmc":
+        seed = trial_seed(seed, number)
     classes = {
         # Every grid point is queued with all its values fixed (enqueue_trial), so the sampler
         # proposes nothing. Optuna's GridSampler is not used: it picks points at random when
@@ -137,7 +155,7 @@ def make_sampler(spec, queue):
         "cmaes": samplers.CmaEsSampler,
         "qmc": samplers.QMCSampler,
     }
-    return classes[spec.sampler](seed=spec.seed)
+    return classes[spec.sampler](seed=seed)
 
 
 def direction(spec):
@@ -234,6 +252,14 @@ def requeue_failed(study, plan):
     return count
 
 
+def trial_for(study, spec, queue, trial_id):
+    """The Optuna trial `trial_id` with the study's sampler seeded for it (see `trial_seed`)."""
+    optuna = optuna_module()
+    number = study._storage.get_trial_number_from_id(trial_id)
+    study.sampler = make_sampler(spec, queue, number)
+    return optuna.trial.Trial(study, trial_id)
+
+
 def claim_waiting(study, generation):
     """Takes one WAITING trial of `generation` for this worker (WAITING -> RUNNING); its id, or None."""
     optuna = optuna_module()
@@ -283,8 +309,10 @@ def preview(plan, count=None):
     space = search_space(plan.spec, plan.queue)
     decode = decoder(plan.spec, plan.queue)
     points = []
-    for entry in plan.queue[:count]:
+    for number, entry in enumerate(plan.queue[:count]):
         study.enqueue_trial({key: encode(value) for key, value in entry.fixed})
+        # A fresh study numbers its trials as the queue: each is proposed as a worker would.
+        study.sampler = make_sampler(plan.spec, plan.queue, number)
         trial = study.ask()
         values = suggest(trial, space, decode)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)

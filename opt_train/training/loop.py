@@ -327,7 +327,8 @@ class Session:
 
             write_final_metrics(os.path.join(config.logdir, "final_metrics.json"), final)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
-            self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
+            evaluated = f"eval {shown}; " if shown else ""  # --mode train evaluates nothing
+            self.progress.message(f"done: step {self.step}; {evaluated}logdir {config.logdir}")
         return final
 
     def _earlier_train_figures(self):

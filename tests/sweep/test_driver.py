@@ -238,6 +238,8 @@ def test_a_driver_killed_with_sigkill_is_finished_by_the_next_run(tmp_path, kill
 
 
 def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
+    """Trial n is proposed by Optuna's TPESampler seeded with the trial's seed (SeedSequence([seed, n]))."""
+    import numpy as np
     import optuna
 
     from opt_train.sweep import preview_trials
@@ -252,9 +254,10 @@ def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
         plan = plan_sweep([config], [], base, options, "unused")
         return [trial.values["optimizer_params.learning_rate"] for trial in preview_trials(plan)]
 
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=3))
+    study = optuna.create_study()
     expected = []
-    for _ in range(4):
+    for number in range(4):
+        study.sampler = optuna.samplers.TPESampler(seed=int(np.random.SeedSequence([3, number]).generate_state(1)[0]))
         trial = study.ask()
         expected.append(trial.suggest_float("optimizer_params.learning_rate", 1e-4, 1e-1, log=True))
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
