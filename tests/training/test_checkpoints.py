@@ -227,3 +227,17 @@ def test_resume_takes_the_newest_checkpoint_that_restores_not_the_one_the_state_
     assert result.exit_code == 0, result.output
     assert f"resumed from {folder / 'ckpt-6'} at step 6" in result.output
     assert _state_names(folder)[0] == "ckpt-8"
+
+
+def test_eval_names_the_checkpoint_it_used_and_the_newer_one_it_passed_over(cli, logdir_copy):
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    _damage(logdir, "truncate_data")
+    result = cli("eval", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-2:] == [
+        next(line for line in result.stderr.splitlines() if line.startswith("checkpoint ckpt-6 does not restore (")),
+        f"evaluating {folder / 'ckpt-4'}",
+    ]
+    assert "passed over" in result.stderr
+    assert read_json_text(result.stdout)["checkpoint"] == str(folder / "ckpt-4")
