@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 
 import click
 
@@ -107,25 +106,7 @@ def user_errors():
 
 
 def import_tensorflow():
-    """Imports TensorFlow with its C++ start-up lines (oneDNN, CUDA probing) silenced.
+    """TensorFlow, imported with its start-up lines silenced (see `opt_train.quiet`)."""
+    from opt_train import quiet
 
-    TF 2.21 prints them before absl logging is initialised, so TF_CPP_MIN_LOG_LEVEL
-    does not reach them; file descriptor 2 is pointed at /dev/null for the import
-    and device discovery only. TF_CPP_MIN_LOG_LEVEL=0 shows them.
-    """
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
-        import tensorflow
-
-        return tensorflow
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow
-
-        tensorflow.config.list_physical_devices()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-    return tensorflow
+    return quiet.import_tensorflow()

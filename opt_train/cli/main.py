@@ -10,11 +10,10 @@ Exit codes, in one place:
 from __future__ import annotations
 
 import importlib
-import os
 
 import click
 
-from opt_train import __version__
+from opt_train import __version__, quiet
 
 # name -> "module:attribute"; every module here imports neither TensorFlow nor
 # Keras at module level, so `opt-train --help` stays instant.
@@ -60,6 +59,9 @@ def _find_spec(target):
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="opt-train")
+@click.option("--verbose", is_flag=True, is_eager=True, expose_value=False,
+              callback=lambda ctx, param, value: quiet.configure(True) if value else None,
+              help="Show TensorFlow's and absl's own log lines (silenced by default), e.g. opt-train --verbose train -c x.yaml.")
 @click.option("--config", "-c", "configs", multiple=True, type=click.Path(dir_okay=False),
               help="Without a command: run this config (as OpenSeq2Seq's run.py --config_file).")
 @click.option("--set", "-s", "overrides", multiple=True, metavar="KEY=VALUE",
@@ -96,9 +98,9 @@ def cli(ctx, configs, overrides, mode):
 
 def main(argv=None):
     """Console-script entry point."""
-    # TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) buries the progress
-    # lines; the user can still ask for it with TF_CPP_MIN_LOG_LEVEL=0.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's and absl's chatter buries the progress and error lines: silenced
+    # before anything imports TensorFlow; --verbose (or TF_CPP_MIN_LOG_LEVEL=0) shows it.
+    quiet.configure()
     cli.main(args=argv, prog_name="opt-train")
 
 

@@ -49,7 +49,9 @@ def _clear_events(directory):
 
 def write_experiment(out, swept_keys, rows, metric, ranges=None):
     """Writes the experiment summary in `out`: one HParam per swept key, the metrics the trials report."""
-    import tensorflow as tf
+    from opt_train.quiet import import_tensorflow
+
+    tf = import_tensorflow()
     from tensorboard.plugins.hparams import api as hp
 
     ranges = ranges or {}
@@ -70,7 +72,9 @@ def write_experiment(out, swept_keys, rows, metric, ranges=None):
 
 def write_session(logdir, record):
     """Writes one trial's session in its logdir: its swept values and, when it finished, its final metrics."""
-    import tensorflow as tf
+    from opt_train.quiet import import_tensorflow
+
+    tf = import_tensorflow()
     from tensorboard.plugins.hparams import api as hp
 
     values = {key: hparam_value(value) for key, value in record["overrides"].items()}
