@@ -27,15 +27,20 @@ class TrainingFailedError(click.ClickException):
     exit_code = 1
 
 
-def config_options(function):
-    """`--config` (repeatable, later files win) and `--set key=value` (repeatable)."""
+def config_options(function=None, *, required=True):
+    """`--config` (repeatable, later files win) and `--set key=value` (repeatable).
+
+    `required=False` (`sweep`, whose --status reads the folder alone): the command checks it.
+    """
+    if function is None:
+        return functools.partial(config_options, required=required)
 
     @click.option(
         "--config",
         "-c",
         "configs",
         multiple=True,
-        required=True,
+        required=required,
         # A folder or a FIFO is refused by the config reader, in one line naming the file.
         type=click.Path(),
         help="YAML config; give it twice to layer a second file over the first.",

@@ -24,6 +24,8 @@ REPEAT = "repeat"
 RETRY_OF = "retry_of"
 # Seconds a worker that did not create the study waits for its creator to queue the trials.
 PLAN_WAIT_SECONDS = 120
+# Study user attribute: the last run's base digest, metric, mode and swept keys (for --status alone).
+CURRENT = "sweep:current"
 STORAGE_ATTEMPTS = 5
 
 
@@ -208,7 +210,33 @@ def open_study(plan, pruner):
     queued = top_up(study, plan)
     if planned_key not in study.user_attrs:
         study.set_user_attr(planned_key, len(plan.queue))
+    # What `sweep --status` needs without the command that ran the sweep.
+    study.set_user_attr(CURRENT, {
+        "generation": plan.base_digest, "metric": plan.spec.metric, "mode": plan.spec.mode,
+        "columns": list(plan.spec.swept_keys) + (
+            ["random_seed"] if plan.spec.repeats > 1 and "random_seed" not in plan.spec.swept_keys else []),
+    })
     return study, queued
+
+
+def load_recorded(out=None, storage=None, name=None):
+    """`(study, current)` for `sweep --status` from the folder or storage alone; (None, None) when there is none.
+
+    `current` is what the last run of the sweep recorded: its base config's digest, metric,
+    mode and swept keys (None for a study written before it was recorded).
+    """
+    optuna = optuna_module()
+    if storage is None:
+        if out is None or not os.path.exists(os.path.join(out, STUDY_FILE)):
+            return None, None
+        storage = f"sqlite:///{os.path.abspath(os.path.join(out, STUDY_FILE))}"
+    if name is None:
+        name = os.path.basename(os.path.normpath(os.path.abspath(out)))
+    try:
+        study = optuna.load_study(study_name=name, storage=make_storage(storage))
+    except KeyError:
+        return None, None
+    return study, study.user_attrs.get(CURRENT)
 
 
 def _fixed_key(fixed):
