@@ -18,6 +18,9 @@ def write_text(path, text):
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     try:
+        # mkstemp makes the file 0600; the file it becomes gets what open() would give it
+        # (0666 less the umask), so a group sharing the logdirs can read it.
+        os.fchmod(handle, 0o666 & ~current_umask())
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
@@ -28,6 +31,20 @@ def write_text(path, text):
             os.unlink(temporary)
         raise
     _fsync_folder(folder)
+
+
+def current_umask():
+    """The process's umask, read without changing it (Linux's /proc; elsewhere set and put back)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_folder(folder):

@@ -236,6 +236,10 @@ def matching_globs(name, value):
 # ----- rules many specs share, each built here once -----
 
 # Keras' wording for constructor arguments ("`epsilon` must be in [0, inf]"); numbers only.
+# The largest step count: `global_step` and the update counters are int64 variables, and a
+# larger max_steps (1e30 is a whole float) would never be reached.
+MAX_STEP_COUNT = 2**63 - 1
+STEP_COUNT = integer(1, high=MAX_STEP_COUNT)  # in [1, 2**63 - 1]
 NON_NEGATIVE = number(0, interval=True)  # in [0, inf]
 NON_NEGATIVE_FLOAT = number(0.0, interval=True)  # in [0.0, inf]
 POSITIVE_FLOAT = number(0.0, low_open=True, interval=True)  # in (0.0, inf]

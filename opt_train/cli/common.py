@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 
 import click
 
@@ -30,15 +29,20 @@ class TrainingFailedError(click.ClickException):
     exit_code = 1
 
 
-def config_options(function):
-    """`--config` (repeatable, later files win) and `--set key=value` (repeatable)."""
+def config_options(function=None, *, required=True):
+    """`--config` (repeatable, later files win) and `--set key=value` (repeatable).
+
+    `required=False` (`sweep`, whose --status reads the folder alone): the command checks it.
+    """
+    if function is None:
+        return functools.partial(config_options, required=required)
 
     @click.option(
         "--config",
         "-c",
         "configs",
         multiple=True,
-        required=True,
+        required=required,
         # A folder or a FIFO is refused by the config reader, in one line naming the file.
         type=click.Path(),
         help="YAML config; give it twice to layer a second file over the first.",
@@ -115,29 +119,15 @@ def user_errors():
         click.echo(str(error), err=True)
         raise click.exceptions.Exit(error.exit_code) from None
     except KeyboardInterrupt:
+        # Ctrl-C outside the training loop (importing TensorFlow, building the run): the
+        # loop's own stops say where they saved; this one has nothing to save.
+        click.echo("interrupted by SIGINT before training started (or after it ended): nothing saved by this stop; "
+                   "run the same command to start again", err=True)
         raise click.exceptions.Exit(130) from None
 
 
 def import_tensorflow():
-    """Imports TensorFlow with its C++ start-up lines (oneDNN, CUDA probing) silenced.
+    """TensorFlow, imported with its start-up lines silenced (see `opt_train.quiet`)."""
+    from opt_train import quiet
 
-    TF 2.21 prints them before absl logging is initialised, so TF_CPP_MIN_LOG_LEVEL
-    does not reach them; file descriptor 2 is pointed at /dev/null for the import
-    and device discovery only. TF_CPP_MIN_LOG_LEVEL=0 shows them.
-    """
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
-        import tensorflow
-
-        return tensorflow
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow
-
-        tensorflow.config.list_physical_devices()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-    return tensorflow
+    return quiet.import_tensorflow()

@@ -22,5 +22,5 @@ def eval_command(configs, overrides, checkpoint):
         import_tensorflow()
         from opt_train.training import evaluate
 
-        results = evaluate(config, checkpoint=checkpoint)
+        results = evaluate(config, checkpoint=checkpoint, report=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(results, indent=2, sort_keys=True))

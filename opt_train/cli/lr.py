@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from opt_train.cli.common import config_options, import_tensorflow, load, user_errors
+from opt_train.cli.common import ConfigUsageError, config_options, import_tensorflow, load, user_errors
 from opt_train.config import ConfigError, ConfigIssue
 
 
@@ -19,6 +19,9 @@ from opt_train.config import ConfigError, ConfigIssue
 def lr(configs, overrides, steps, every, csv_path, plot_path):
     """Show the learning rate at each optimizer update, without building a model."""
     config = load(configs, overrides)
+    with user_errors():
+        for option, path in (("--csv", csv_path), ("--plot", plot_path)):
+            _check_output(option, path)
     import_tensorflow()
     with user_errors():
         from opt_train.distributed import SingleProcess
@@ -46,7 +49,24 @@ def lr(configs, overrides, steps, every, csv_path, plot_path):
     if config.warmup:
         title += f", warmup: {config.warmup.get('steps')} updates"
     click.echo(preview.format_report(values, every, title))
-    if csv_path:
-        preview.write_csv(csv_path, preview.sample(values, every))
-    if plot_path:
-        preview.write_plot(plot_path, values, title)
+    try:
+        if csv_path:
+            preview.write_csv(csv_path, preview.sample(values, every))
+        if plot_path:
+            preview.write_plot(plot_path, values, title)
+    except OSError as error:
+        option = "--csv" if csv_path and error.filename == csv_path else "--plot"
+        issue = ConfigIssue(None, None, option, "wrong_type", f"cannot be written: {error.strerror}", error.filename)
+        raise ConfigUsageError(str(ConfigError([issue]))) from None
+
+
+def _check_output(option, path):
+    """An output file whose folder does not exist is refused before anything is computed (exit 2)."""
+    import os
+
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        message = f"the folder {folder} does not exist"
+        raise ConfigError([ConfigIssue(None, None, option, "file_not_found", message, path)])

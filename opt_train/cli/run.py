@@ -15,7 +15,7 @@ def run_mode(configs, overrides, mode):
         if mode == "eval":
             from opt_train.training import evaluate
 
-            click.echo(json.dumps(evaluate(config), indent=2, sort_keys=True))
+            click.echo(json.dumps(evaluate(config, report=lambda line: click.echo(line, err=True)), indent=2, sort_keys=True))
             return
         from opt_train.training import train
 

@@ -2,11 +2,11 @@
 
 import click
 
-from opt_train.cli.common import TrainingFailedError, config_options, load, user_errors
+from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_options, load, user_errors
 
 
 @click.command()
-@config_options
+@config_options(required=False)
 @click.option(
     "--grid",
     "grids",
@@ -54,6 +54,11 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
     """
     from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, preview_trials, run_sweep, study_status
 
+    if not configs:
+        if not status:
+            raise click.UsageError("Missing option '--config' / '-c' (only --status can do without it).")
+        _status_alone(out, storage, study)
+        return
     base = load(configs, overrides)
     options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
@@ -85,6 +90,27 @@ def _print_status(plan, status):
     click.echo(result.summary)
     if best is not None:
         click.echo(f"best: {best['trial']} {plan.spec.metric} {best['metrics'][plan.spec.metric]:.4g} "
+                   + " ".join(f"{k}={v}" for k, v in best["overrides"].items()))
+    if result.importances:
+        click.echo(_importances_line(result.importances))
+
+
+def _status_alone(out, storage, study):
+    """`--status --out DIR` (or `--storage URL --study NAME`): the table the study recorded, without the command."""
+    from opt_train.sweep.driver import recorded_status
+
+    if out is None and (storage is None or study is None):
+        raise ConfigUsageError("--status without --config needs --out DIR, or --storage URL with --study NAME")
+    with user_errors():
+        found = recorded_status(out, storage, study)
+    if found is None:
+        raise ConfigUsageError(f"no study in {out or storage}" + (f" named {study}" if study else "")
+                               + ": give the sweep's --out (or --storage and --study)")
+    result, best, metric = found
+    click.echo(result.table)
+    click.echo(result.summary)
+    if best is not None:
+        click.echo(f"best: {best['trial']} {metric} {best['metrics'][metric]:.4g} "
                    + " ".join(f"{k}={v}" for k, v in best["overrides"].items()))
     if result.importances:
         click.echo(_importances_line(result.importances))

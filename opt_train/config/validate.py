@@ -22,7 +22,7 @@ from opt_train.usercode import UserCodeError
 
 # -- field rules: rule(name, value) -> typed value --------------------------------
 
-_STEPS = p.optional(p.integer(1))
+_STEPS = p.optional(p.STEP_COUNT)
 
 FIELD_RULES = {
     "model": rules.model_spec,

@@ -187,9 +187,40 @@ def param_errors(name, params):
         return _factory_errors(name, params)
     name = resolve(name)
     errors = p.param_errors(DATASET_SPECS[name], params, name)
+    if not errors and name in _GENERATED_VALUES:
+        errors += _memory_errors(name, params)
     if not errors and name == "tfrecord":
         errors = _tfrecord_errors(params)
     return errors or _file_errors(name, params)
+
+
+# Generated datasets live in memory: the numbers one example takes while it is made
+# (float64 draws and the float32 copy kept), from the dataset's parameters.
+_GENERATED_VALUES = {
+    "synthetic_classification": lambda q: q["num_features"] + 1,
+    "synthetic_regression": lambda q: q["num_features"] + 2 * q["num_targets"] + 16 * q["nonlinear"],
+    "synthetic_images": lambda q: q["height"] * q["width"] * q["channels"] + 1,
+}
+_BYTES_PER_VALUE = 12  # a float64 draw and its float32 copy
+
+
+def _memory_errors(name, params):
+    """`num_examples` whose arrays cannot fit in this machine's memory (a traceback from NumPy otherwise)."""
+    import os
+
+    values = {key: param.default for key, param in DATASET_SPECS[name].items()} | dict(params or {})
+    needed = values["num_examples"] * _GENERATED_VALUES[name](values) * _BYTES_PER_VALUE
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return []
+    if needed <= memory:
+        return []
+    return [p.ParamError(
+        "num_examples", "out_of_range",
+        f"needs about {needed / 2**30:.3g} GiB to generate, more than this machine's {memory / 2**30:.3g} GiB",
+        values["num_examples"],
+    )]
 
 
 def _tfrecord_errors(params):

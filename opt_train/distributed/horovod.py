@@ -349,11 +349,11 @@ class HorovodBackend(Backend):
         """
         if not is_lost_peer(error):
             return None
-        timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")
-        return (
-            f"rank {self.rank}: another rank failed or did not answer within {timeout} s "
-            "(rank_timeout_secs); Horovod shut down"
-        )
+        if "Timed out waiting" in str(error):
+            timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")
+            return f"rank {self.rank}: another rank did not answer within {timeout} s (rank_timeout_secs); Horovod shut down"
+        # Not a timeout: said at once, seconds after the other rank died, it must not claim one.
+        return f"rank {self.rank}: another rank failed or was stopped (its connection broke); Horovod shut down"
 
     def shutdown(self):
         """Stops Horovod's background thread; collectives fail after this."""

@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import time
+import types
 
 from opt_train.atomic import write_json
 from opt_train.config import ConfigError, ConfigIssue, load_config
@@ -46,6 +47,8 @@ from opt_train.training.pruning import ENVIRONMENT_VARIABLE, PRUNED_EXIT_CODE
 # it stays RUNNING in the study, so the next run of the sweep resumes it.
 INTERRUPTED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
 LOCK_FILE = ".trial.lock"
+# Trial user attribute: "host:pid" of the driver that started the trial's process.
+DRIVER = "driver"
 # Seconds between looks for trials left running by a worker that died on this machine.
 ORPHAN_POLL_SECONDS = 2.0
 
@@ -167,8 +170,39 @@ def dry_run_lines(plan):
     return lines
 
 
-def study_rows(study, plan):
-    """One row per trial of the study: the sweep's record when it has one, else its state; stale ones marked."""
+def recorded_status(out=None, storage=None, name=None):
+    """`(SweepResult, best row or None, metric)` from the study alone (`sweep --status --out DIR`), or None.
+
+    The trials of the base config the sweep last ran are current; older ones are stale.
+    A study from before the sweep recorded its metric ranks by eval/loss, lower first.
+    """
+    study, current = studies.load_recorded(out, storage, name)
+    if study is None:
+        return None
+    current = current or {}
+    metric, mode = current.get("metric", "eval/loss"), current.get("mode", "min")
+    shown_out = out or _hide_password(storage)
+    # study_rows reads only these of a plan.
+    plan = types.SimpleNamespace(out=out or ".", base_digest=current.get("generation"))
+    rows = study_rows(study, plan, any_generation=current.get("generation") is None)
+    columns = current.get("columns") or sorted({key for row in rows for key in row.get("overrides") or {}})
+    result = SweepResult(rows=rows, table=format_table(rows, columns, metric, mode),
+                         summary=summary_line(rows, metric, mode, shown_out),
+                         importances=studies.importances(study, current.get("generation")))
+    return result, _best(rows, metric, mode), metric
+
+
+def _best(rows, metric, mode):
+    ranked = [row for row in rows if row["status"] == OK and is_number(row["metrics"].get(metric))]
+    if not ranked:
+        return None
+    sign = -1 if mode == "max" else 1
+    return min(ranked, key=lambda row: sign * row["metrics"][metric])
+
+
+def study_rows(study, plan, any_generation=False):
+    """One row per trial of the study: the sweep's record when it has one, else its state; stale ones marked
+    (none with `any_generation`)."""
     trials = study.get_trials(deepcopy=False)
     retried = {trial.user_attrs.get(studies.RETRY_OF) for trial in trials}
     rows = []
@@ -187,10 +221,20 @@ def study_rows(study, plan):
                    "overrides": dict(attrs.get("overrides") or trial.params),
                    "logdir": os.path.join(plan.out, folder), "metrics": {}}
         row["digest"] = attrs.get("digest")
-        if attrs.get(studies.GENERATION) != plan.base_digest:
+        if not any_generation and attrs.get(studies.GENERATION) != plan.base_digest:
             row.update(status=STALE, metrics={})
         rows.append(row)
     return rows
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _lock(folder):
@@ -208,8 +252,12 @@ def _lock(folder):
 class _Worker:
     """Takes trials from the study, starts their processes, tells the study how they ended, records them."""
 
-    def __init__(self, plan, study, report, environment):
+    def __init__(self, plan, study, report, environment, parallel=1):
         self.plan, self.study, self.report, self.environment = plan, study, report, environment
+        self.parallel = parallel
+        # Trainers still running whose driver died here (kill -9): they count against --parallel.
+        # Counted at the start (None: not yet) and again while any is left.
+        self._orphans_running = None
         self.space = studies.search_space(plan.spec, plan.queue)
         self.decode = studies.decoder(plan.spec, plan.queue)
         self.running = {}  # job name -> (trial, lock fd, metrics.jsonl size at start)
@@ -223,11 +271,17 @@ class _Worker:
     def jobs(self):
         """Yields a Job whenever a slot is free and the study has a trial for this worker; None while it waits
         for trials that a dead worker on this machine left running."""
-        optuna = studies.optuna_module()
         while True:
+            if self._orphans_running and time.monotonic() >= self._next_orphan_look or self._orphans_running is None:
+                self._orphans_running = self.count_running_orphans()
+                self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
+            if self._orphans_running and len(self.running) + self._orphans_running >= self.parallel:
+                # A dead driver's trainers still hold the cores: wait for them, then adopt them.
+                yield None
+                continue
             trial_id = studies.claim_waiting(self.study, self.plan.base_digest)
             if trial_id is not None:
-                job = self.start(optuna.trial.Trial(self.study, trial_id))
+                job = self.start(studies.trial_for(self.study, self.plan.spec, self.plan.queue, trial_id))
                 if job is not None:
                     yield job
                 continue
@@ -237,7 +291,8 @@ class _Worker:
             self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
             orphan, waiting = self.find_orphan()
             if orphan is not None:
-                job = self.start(optuna.trial.Trial(self.study, orphan[0]._trial_id), lock=orphan[1])
+                trial = studies.trial_for(self.study, self.plan.spec, self.plan.queue, orphan[0]._trial_id)
+                job = self.start(trial, lock=orphan[1])
                 if job is not None:
                     yield job
                 continue
@@ -266,8 +321,30 @@ class _Worker:
             if fd is None:
                 waiting = True
                 continue
+            if self.study._storage.get_trial(frozen._trial_id).state != frozen.state:
+                # Its worker told the study and let the lock go between our two looks: not an orphan.
+                os.close(fd)
+                continue
             return (frozen, fd), True
         return None, waiting
+
+    def count_running_orphans(self):
+        """How many trials of this machine still train although the driver that started them is gone."""
+        count = 0
+        for frozen in studies.running_trials(self.study, self.plan.base_digest):
+            folder = frozen.user_attrs.get(studies.FOLDER)
+            host, _, pid = str(frozen.user_attrs.get(DRIVER, "")).rpartition(":")
+            if not folder or folder in self.running or host != self.host or not pid.isdigit():
+                continue
+            if int(pid) == os.getpid() or _alive(int(pid)):
+                continue  # this worker's own, or another live worker's on this machine
+            path = os.path.join(self.plan.out, folder)
+            fd = _lock(path) if os.path.isdir(path) else -1
+            if fd is None:
+                count += 1  # its trainer holds the folder's lock: still running
+            elif fd >= 0:
+                os.close(fd)
+        return count
 
     def start(self, optuna_trial, lock=None):
         """The Job for `optuna_trial` (values proposed, folder locked, config written), or None when it needed no
@@ -292,6 +369,8 @@ class _Worker:
             if lock is None:  # cannot happen for a fresh folder; be safe and give it back
                 self.study.tell(optuna_trial.number, state=studies.optuna_module().trial.TrialState.FAIL)
                 return None
+        # Which driver runs it now: a re-run tells a dead driver's trainers from a live worker's.
+        optuna_trial.set_user_attr(DRIVER, f"{self.host}:{os.getpid()}")
         if folder is None:
             optuna_trial.set_user_attr(studies.FOLDER, trial.name)
             optuna_trial.set_user_attr("digest", trial.digest)
@@ -433,7 +512,8 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
 
     # tracking: {mlflow: ...}: the study is one MLflow run, each trial a child of it.
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
-    worker = _Worker(plan, study, report, {**thread_environment(parallel * plan.np), **parent.environment})
+    worker = _Worker(plan, study, report, {**thread_environment(parallel * plan.np), **parent.environment},
+                     parallel=parallel)
     try:
         run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
     finally:
@@ -462,12 +542,7 @@ def study_status(plan):
     if study is None:
         return None
     result = collect(plan, study)
-    ranked = [row for row in result.rows if row["status"] == OK and is_number(row["metrics"].get(plan.spec.metric))]
-    best = None
-    if ranked:
-        sign = -1 if plan.spec.mode == "max" else 1
-        best = min(ranked, key=lambda row: sign * row["metrics"][plan.spec.metric])
-    return result, best
+    return result, _best(result.rows, plan.spec.metric, plan.spec.mode)
 
 
 def _hide_password(url):

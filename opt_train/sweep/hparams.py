@@ -56,7 +56,9 @@ def _metric(name):
 
 def write_experiment(out, swept_keys, rows, metric, ranges=None):
     """Writes the experiment summary in `out`: one HParam per swept key, the metrics the trials report."""
-    import tensorflow as tf
+    from opt_train.quiet import import_tensorflow
+
+    tf = import_tensorflow()
     from tensorboard.plugins.hparams import api as hp
 
     ranges = ranges or {}

@@ -24,6 +24,8 @@ REPEAT = "repeat"
 RETRY_OF = "retry_of"
 # Seconds a worker that did not create the study waits for its creator to queue the trials.
 PLAN_WAIT_SECONDS = 120
+# Study user attribute: the last run's base digest, metric, mode and swept keys (for --status alone).
+CURRENT = "sweep:current"
 STORAGE_ATTEMPTS = 5
 
 
@@ -124,9 +126,27 @@ def decoder(spec, queue):
     return decode
 
 
-def make_sampler(spec, queue):
-    """Optuna's sampler for `spec.sampler`, seeded with `spec.seed`."""
+def trial_seed(seed, number):
+    """The seed of trial `number` of a study seeded `seed`: distinct per trial, the same for every worker.
+
+    Workers seeded alike would otherwise draw the same sequence and propose the same
+    points; the trial number is handed out by the study, once, so it is each proposal's identity.
+    """
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
+def make_sampler(spec, queue, number=None):
+    """Optuna's sampler for `spec.sampler`, seeded with `spec.seed`; for trial `number`, with `trial_seed`.
+
+    QMC keeps the study's seed: its points are one scrambled sequence that the study
+    numbers itself, so each worker already takes the next point of it.
+    """
     samplers = optuna_module().samplers
+    seed = spec.seed
+    if seed is not None and number is not None and spec.sampler != "qmc":
+        seed = trial_seed(seed, number)
     classes = {
         # Every grid point is queued with all its values fixed (enqueue_trial), so the sampler
         # proposes nothing. Optuna's GridSampler is not used: it picks points at random when
@@ -137,7 +157,7 @@ def make_sampler(spec, queue):
         "cmaes": samplers.CmaEsSampler,
         "qmc": samplers.QMCSampler,
     }
-    return classes[spec.sampler](seed=spec.seed)
+    return classes[spec.sampler](seed=seed)
 
 
 def direction(spec):
@@ -190,7 +210,33 @@ def open_study(plan, pruner):
     queued = top_up(study, plan)
     if planned_key not in study.user_attrs:
         study.set_user_attr(planned_key, len(plan.queue))
+    # What `sweep --status` needs without the command that ran the sweep.
+    study.set_user_attr(CURRENT, {
+        "generation": plan.base_digest, "metric": plan.spec.metric, "mode": plan.spec.mode,
+        "columns": list(plan.spec.swept_keys) + (
+            ["random_seed"] if plan.spec.repeats > 1 and "random_seed" not in plan.spec.swept_keys else []),
+    })
     return study, queued
+
+
+def load_recorded(out=None, storage=None, name=None):
+    """`(study, current)` for `sweep --status` from the folder or storage alone; (None, None) when there is none.
+
+    `current` is what the last run of the sweep recorded: its base config's digest, metric,
+    mode and swept keys (None for a study written before it was recorded).
+    """
+    optuna = optuna_module()
+    if storage is None:
+        if out is None or not os.path.exists(os.path.join(out, STUDY_FILE)):
+            return None, None
+        storage = f"sqlite:///{os.path.abspath(os.path.join(out, STUDY_FILE))}"
+    if name is None:
+        name = os.path.basename(os.path.normpath(os.path.abspath(out)))
+    try:
+        study = optuna.load_study(study_name=name, storage=make_storage(storage))
+    except KeyError:
+        return None, None
+    return study, study.user_attrs.get(CURRENT)
 
 
 def _fixed_key(fixed):
@@ -232,6 +278,14 @@ def requeue_failed(study, plan):
             study.enqueue_trial(dict(trial.params), user_attrs=attrs)
             count += 1
     return count
+
+
+def trial_for(study, spec, queue, trial_id):
+    """The Optuna trial `trial_id` with the study's sampler seeded for it (see `trial_seed`)."""
+    optuna = optuna_module()
+    number = study._storage.get_trial_number_from_id(trial_id)
+    study.sampler = make_sampler(spec, queue, number)
+    return optuna.trial.Trial(study, trial_id)
 
 
 def claim_waiting(study, generation):
@@ -283,8 +337,10 @@ def preview(plan, count=None):
     space = search_space(plan.spec, plan.queue)
     decode = decoder(plan.spec, plan.queue)
     points = []
-    for entry in plan.queue[:count]:
+    for number, entry in enumerate(plan.queue[:count]):
         study.enqueue_trial({key: encode(value) for key, value in entry.fixed})
+        # A fresh study numbers its trials as the queue: each is proposed as a worker would.
+        study.sampler = make_sampler(plan.spec, plan.queue, number)
         trial = study.ask()
         values = suggest(trial, space, decode)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)

@@ -2,12 +2,15 @@
 
 `tf.train.CheckpointManager` writes the data files first and then replaces the
 `checkpoint` state file atomically, so a kill during a save leaves the state file
-pointing at the previous, complete checkpoint. The state file is not trusted blindly on
-restore: its checkpoint is tried first, then the others found from the `.index` files
-present, newest first, and each is verified (every saved object matched, every object restored) before it
-is used. A damaged newest checkpoint is passed over with one line, and the state file
-is rebuilt from what restored, so the manager's rotation never deletes a good
-checkpoint because a newer one failed to load.
+pointing at the previous, complete checkpoint. The state file is not what restore goes
+by: the checkpoints found from the `.index` files present are tried newest first (a kill
+between a save's index and its state file leaves a newer complete one the state file
+does not name), and each is verified (every saved object matched, every object
+restored) before it is used. A damaged newest checkpoint is passed over with one line,
+and the state file is rebuilt from what restored, naming each checkpoint relative to its
+own folder, so the manager's rotation never deletes a good checkpoint because a newer
+one failed to load. What an interrupted save leaves (`ckpt-N_temp/`, a `.data` file
+without its `.index`) is removed by the next run that writes checkpoints.
 """
 
 from __future__ import annotations
@@ -126,6 +129,8 @@ class Checkpoints:
         if path is not None:
             self._restore_one(path, whole, given=True)
             return path
+        if self.writer:
+            self.remove_debris()
         failures = []
         for candidate in self._candidates():
             try:
@@ -151,15 +156,8 @@ class Checkpoints:
         return None
 
     def _candidates(self):
-        """The state file's checkpoint first (the last save that completed), then every other, newest first."""
-        present = list_checkpoints(self.directory)
-        try:
-            state = tf.train.get_checkpoint_state(self.directory)
-        except Exception:  # noqa: BLE001 - a garbled state file: the files present decide
-            state = None
-        named = os.path.basename(state.model_checkpoint_path) if state and state.model_checkpoint_path else None
-        first = [p for p in present if os.path.basename(p) == named]
-        return first + [p for p in present if p not in first]
+        """Every checkpoint with an index, newest first (each is verified as it is restored)."""
+        return list_checkpoints(self.directory)
 
     def _restore_one(self, path, whole, given=False):
         status = None
@@ -205,8 +203,10 @@ class Checkpoints:
         if state is not None and state.model_checkpoint_path == restored and list(state.all_model_checkpoint_paths) == kept:
             return
         # With their times, the manager rotates these as its own (without, it keeps them forever).
+        # An absolute folder: given a relative one, TF writes each name relative to the
+        # current directory instead ("../../ckpt-6"), which nothing then finds.
         tf.compat.v1.train.update_checkpoint_state(
-            self.directory,
+            os.path.abspath(self.directory),
             os.path.basename(restored),
             all_model_checkpoint_paths=[os.path.basename(p) for p in kept],
             all_model_checkpoint_timestamps=[os.path.getmtime(p + ".index") for p in kept],
@@ -225,6 +225,7 @@ class Checkpoints:
                 self._save_and_discard(step)
             return None
         if self._manager is None:
+            self.remove_debris()
             self._manager = tf.train.CheckpointManager(
                 self.checkpoint, self.directory, max_to_keep=self.max_to_keep, step_counter=self.step_counter
             )
@@ -248,6 +249,22 @@ class Checkpoints:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self.last_saved_step = step
+
+    def remove_debris(self):
+        """Removes what interrupted saves left: temporaries, and `.data` files whose `.index` was never written."""
+        self._remove_temporaries()
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        indexed = {name[: -len(".index")] for name in names if name.endswith(".index")}
+        for name in names:
+            found = _DATA_FILE.match(name)
+            if found and found.group("prefix") not in indexed:
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except OSError:
+                    pass
 
     def _remove_temporaries(self):
         """What a failed save leaves: `ckpt-N_temp/` folders and the state file's temporary."""

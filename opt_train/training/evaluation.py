@@ -74,8 +74,11 @@ class Evaluator:
         return self.task.finalize(results)
 
 
-def evaluate(config, checkpoint=None):
-    """Evaluates `checkpoint` (default: the latest in logdir) and returns the metrics."""
+def evaluate(config, checkpoint=None, report=None):
+    """Evaluates `checkpoint` (default: the newest in logdir that restores) and returns the metrics.
+
+    `report(line)` hears which checkpoint was evaluated and each newer one passed over, with why.
+    """
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
     from opt_train.training.checkpoints import Checkpoints, resolve_checkpoint
@@ -96,5 +99,9 @@ def evaluate(config, checkpoint=None):
     checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
     # Every weight of the model must come from the checkpoint: a partial match is refused.
     restored = checkpoints.restore(path, whole=False)
+    if report is not None:
+        for note in checkpoints.notes:
+            report(note)
+        report(f"evaluating {restored}")
     results = Evaluator(run.model, run.data, jit_compile=config.jit_compile)()
     return {"checkpoint": restored, **{f"eval/{k}": v for k, v in results.items()}}

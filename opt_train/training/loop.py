@@ -237,8 +237,9 @@ class Session:
                 # would have been the next step (a skipped update moves no step).
                 self._stop_if_asked(at=self.step + 1)
                 continue
-            if self.step % self._stop_check_every == 0 or self.step == self.run.max_steps:
-                self._stop_if_asked()
+            checks = self.step % self._stop_check_every == 0 or self.step == self.run.max_steps
+            if checks:
+                self._stop_if_policy()
             if summarize:
                 # On a reported step `loss` is the interval's mean, written by _report: one point per step.
                 drop = ("loss",) if reporting else ()
@@ -259,6 +260,11 @@ class Session:
             if self.benchmark:
                 # After the step's host work, so the warm-up's first report is not timed.
                 self.benchmark.tick(self.step, self._position)
+            if checks:
+                # A signal stops the run only after this step's report, evaluation and
+                # checkpoint: a resumed run starts after them, so none is lost or merged
+                # into the next interval.
+                self._stop_if_signalled()
 
     @property
     def _stop_check_every(self):
@@ -350,7 +356,8 @@ class Session:
             write_final_metrics(os.path.join(config.logdir, "final_metrics.json"), final)
             self.tracker.finish(final)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
-            self.progress.message(f"done: step {self.step}; eval {shown}; logdir {config.logdir}")
+            evaluated = f"eval {shown}; " if shown else ""  # --mode train evaluates nothing
+            self.progress.message(f"done: step {self.step}; {evaluated}logdir {config.logdir}")
         return final
 
     def _earlier_train_figures(self):
@@ -377,12 +384,20 @@ class Session:
     # -- pieces ------------------------------------------------------------
     def _stop_if_asked(self, at=None):
         """Raises when a stop policy fired (`at`: the step to name) or a signal came."""
+        self._stop_if_policy(at)
+        self._stop_if_signalled()
+
+    def _stop_if_policy(self, at=None):
+        """Raises when a stop policy fired (`at`: the step to name)."""
         reason = self.run.train_op.stop_reason
         if reason:
             at = self.step if at is None else at
             if self.chief:
                 self.reporter.record({"step": at, "stopped": reason})
             raise TrainingFailed(f"stopped at step {at}: {reason}")
+
+    def _stop_if_signalled(self):
+        """Raises Interrupted (after saving) when any rank received SIGINT/SIGTERM."""
         signal_number = self._signal_received()
         if signal_number and self.step < self.run.max_steps:
             self._stop_for_signal(signal_number)

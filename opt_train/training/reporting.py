@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -134,6 +135,29 @@ class Reporter:
         if changed:
             write_text(self.jsonl_path, "".join(json.dumps(r) + "\n" for r in kept))
         self.records = kept
+        self._restart_event_files(step)
+
+    def _restart_event_files(self, step):
+        """Marks the resume in each event folder a run wrote before, so TensorBoard drops what follows `step`.
+
+        A killed run's event files keep the summaries it wrote after its last checkpoint;
+        they cannot be cut like metrics.jsonl. A `SessionLog.START` event at `step + 1`
+        is TensorBoard's own sign of a restart: it purges every earlier-written event
+        from that step on, so the curves show what the resumed run wrote there. TensorBoard
+        takes a folder's first START for the session's beginning, not a restart, so two
+        are written (the second purges whether or not the killed run wrote one).
+        """
+        for name in ("train", "eval"):
+            folder = os.path.join(self.logdir, name)
+            if not os.path.isdir(folder) or not any(n.startswith("events.out.tfevents") for n in os.listdir(folder)):
+                continue
+            event = tf.compat.v1.Event(
+                wall_time=time.time(), step=step + 1,
+                session_log=tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START),
+            )
+            for _ in range(2):
+                # A TF2 summary writer offers no public call for a whole Event; ImportEvent is its op.
+                tf.raw_ops.ImportEvent(writer=self._writer(name)._resource, event=event.SerializeToString())
 
     def last_record(self, key, step):
         """The last record at `step` that holds `key` (e.g. the loss of a run that trained to here), or None."""

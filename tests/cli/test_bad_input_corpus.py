@@ -75,7 +75,8 @@ YAML_CASES = [
 # -- types and ranges -----------------------------------------------------------------
 
 RANGE_VALUES = {
-    "max_steps": ["-1", "0", "1.5", "abc", "true", "[1]", "{a: 1}", "1e400"],
+    # 1e30 is a whole float: an int64 step counter cannot hold it, so the run would never end.
+    "max_steps": ["-1", "0", "1.5", "abc", "true", "[1]", "{a: 1}", "1e400", "1e30", "9223372036854775808"],
     "num_epochs": ["0", "-1", ".nan", ".inf"],
     "batch_size_per_gpu": ["0", "-3", "2.5", "'x'"],
     "iter_size": ["0", "-1", "1.5"],
@@ -174,6 +175,12 @@ SWEEP_CASES = [
 # -- data and model files (these run `train`: found while building, before any step) ---
 
 DATA_CASES = [
+    # Generated in memory: far more than any machine holds is refused before NumPy tries.
+    case("synthetic_1e11_examples", OK + "data: synthetic_classification\ndata_params: {num_examples: 100000000000}\n",
+         command="train", expect="data_params.num_examples"),
+    case("synthetic_images_too_large", OK + "data: synthetic_images\ndata_params: {num_examples: 10000000000}\n",
+         expect="data_params.num_examples"),
+    case("lr_csv_in_a_missing_folder", OK, command="lr", args=("--csv", "nodir/x.csv"), expect="--csv"),
     case("npz_missing", OK + "data: npz\ndata_params: {path: none.npz}\n", command="train", expect="data_params"),
     case("npz_truncated", OK + "data: npz\ndata_params: {path: cut.npz}\n", command="train", expect="cut.npz",
          files={"cut.npz": "NPZ_TRUNCATED"}),

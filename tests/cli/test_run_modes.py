@@ -47,6 +47,7 @@ def test_mode_train_evaluates_nothing(cli, write_config, tmp_path):
     config = write_config(RUN)
     result = cli("--config", config, "--mode", "train")
     assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == f"done: step 10; logdir {tmp_path / 'run'}"  # no "eval ;"
     final = read_json(tmp_path / "run" / "final_metrics.json")
     assert final["global_step"] == 10 and not any(key.startswith("eval/") for key in final)
     assert not any(key.startswith("eval/") for row in read_jsonl(tmp_path / "run" / "metrics.jsonl") for key in row)

@@ -235,9 +235,16 @@ def test_a_driver_killed_with_sigkill_is_finished_by_the_next_run(tmp_path, kill
     log = open(os.path.join(first["logdir"], "train.log")).read()
     assert log.count("$ ") == (2 if kill_trials_too else 1)
     assert ("resumed from" in log) == kill_trials_too
+    if not kill_trials_too:
+        # --parallel 1 counts the dead driver's trainer still running: the next trial starts after it ends.
+        second = next(r for r in records if r["overrides"]["optimizer_params.learning_rate"] == 0.5)
+        finished = os.path.getmtime(os.path.join(first["logdir"], "final_metrics.json"))
+        assert os.path.getmtime(os.path.join(second["logdir"], "config.yaml")) >= finished
 
 
 def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
+    """Trial n is proposed by Optuna's TPESampler seeded with the trial's seed (SeedSequence([seed, n]))."""
+    import numpy as np
     import optuna
 
     from opt_train.sweep import preview_trials
@@ -252,9 +259,10 @@ def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
         plan = plan_sweep([config], [], base, options, "unused")
         return [trial.values["optimizer_params.learning_rate"] for trial in preview_trials(plan)]
 
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=3))
+    study = optuna.create_study()
     expected = []
-    for _ in range(4):
+    for number in range(4):
+        study.sampler = optuna.samplers.TPESampler(seed=int(np.random.SeedSequence([3, number]).generate_state(1)[0]))
         trial = study.ask()
         expected.append(trial.suggest_float("optimizer_params.learning_rate", 1e-4, 1e-1, log=True))
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -297,3 +305,21 @@ def test_every_sampler_proposes_values_inside_the_ranges(sampler):
         values = trial.values
         assert 1e-4 <= values["optimizer_params.learning_rate"] <= 1e-1
         assert values["iter_size"] in (1, 2, 3) and values["optimizer"] in ("Adam", "SGD")
+
+
+def test_status_from_the_folder_alone_prints_the_whole_table_with_metrics(make_plan, cli):
+    from opt_train.sweep import study_status
+
+    plan = make_plan([0.5, 0.1, 5000.0])
+    run_sweep(plan)
+    expected, best = study_status(plan)  # what the full command's --status prints
+    result = cli("sweep", "--status", "--out", plan.out)
+    assert result.exit_code == 0, result.output
+    assert expected.table in result.output
+    assert "stale" not in result.output and "eval/accuracy" in result.output
+    assert f"best: {best['trial']} eval/accuracy" in result.output
+    assert sum(line.split()[-1] == "ok" for line in expected.table.splitlines()) == 2
+
+    missing = cli("sweep", "--status", "--out", os.path.join(plan.out, "nothing"))
+    assert missing.exit_code == 2 and "no study in" in missing.output
+    assert cli("sweep", "--status").exit_code == 2

@@ -3,6 +3,8 @@
 import os
 import threading
 
+import pytest
+
 from opt_train.atomic import read_json, write_json, write_text
 
 
@@ -52,3 +54,39 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         pass
     assert read_json(target) == {"a": 1}
     assert sorted(os.listdir(tmp_path)) == ["a.json"]
+
+
+def _mode_open_gives(folder, name="reference"):
+    """The permission bits a plain open() gives a new file under the current umask (the reference)."""
+    path = folder / name
+    with open(path, "w"):
+        pass
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_an_atomic_write_follows_the_umask_as_open_does(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        write_json(tmp_path / "final_metrics.json", {"a": 1})
+        write_text(tmp_path / "config.yaml", "a: 1\n")
+        expected = _mode_open_gives(tmp_path)
+    finally:
+        os.umask(previous)
+    assert expected == 0o666 & ~umask
+    assert (tmp_path / "final_metrics.json").stat().st_mode & 0o777 == expected
+    assert (tmp_path / "config.yaml").stat().st_mode & 0o777 == expected
+
+
+def test_the_files_a_run_leaves_in_its_logdir_follow_the_umask(cli, write_config, tmp_path):
+    from tests.support import SMALL_RUN
+
+    config = write_config({**SMALL_RUN, "logdir": str(tmp_path / "run")})
+    previous = os.umask(0o027)
+    try:
+        assert cli("train", "--config", config).exit_code == 0
+        expected = _mode_open_gives(tmp_path)
+    finally:
+        os.umask(previous)
+    for name in ("config.yaml", "final_metrics.json", "metrics.jsonl"):
+        assert (tmp_path / "run" / name).stat().st_mode & 0o777 == expected, name

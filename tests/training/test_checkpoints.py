@@ -179,3 +179,65 @@ def test_disk_full_during_a_save_is_one_line_exit_1_and_loses_nothing(cli, write
         np.testing.assert_array_equal(after[name], value)
     debris = [p.name for p in (disk / "run").rglob("*") if "_temp" in p.name or ".tmp" in p.name]
     assert debris == []
+
+
+def _state_names(folder):
+    """The checkpoint names the state file holds, as written (not resolved by TF)."""
+    text = (folder / "checkpoint").read_text()
+    return [line.split('"')[1] for line in text.splitlines() if line.startswith(("model_checkpoint_path", "all_model_checkpoint_paths"))]
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative_logdir", "absolute_logdir"])
+def test_a_rebuilt_state_file_names_checkpoints_relative_to_its_folder_and_rotation_goes_on(
+        cli, logdir_copy, write_config, tmp_path, monkeypatch, relative):
+    _, logdir = logdir_copy
+    monkeypatch.chdir(tmp_path)
+    config = write_config({**RUN, "logdir": "run" if relative else str(logdir)}, "here.yaml")
+    _damage(logdir, "truncate_data")  # ckpt-6 does not restore: the state file is rebuilt from ckpt-4
+    result = cli("train", "--config", config, "--set", "max_steps=12")
+    assert result.exit_code == 0, result.output
+    folder = logdir / "checkpoints"
+    assert all("/" not in name for name in _state_names(folder)), _state_names(folder)
+    assert tf.train.latest_checkpoint(str(folder)) == str(folder / "ckpt-12")
+    # num_checkpoints: 3, and the damaged ckpt-6 was overwritten by the retrained one, then rotated out.
+    assert sorted(p.name for p in folder.glob("*.index")) == ["ckpt-10.index", "ckpt-12.index", "ckpt-8.index"]
+
+
+def test_the_debris_of_an_interrupted_save_is_removed_by_the_next_run(cli, logdir_copy):
+    """A kill during a save leaves ckpt-N_temp/ (empty, or with a shard) or a .data file whose index never came."""
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    (folder / "ckpt-8_temp").mkdir()
+    (folder / "ckpt-9_temp").mkdir()
+    shutil.copy(folder / "ckpt-6.data-00000-of-00001", folder / "ckpt-9_temp" / "part-00000-of-00001.data-00000-of-00001")
+    shutil.copy(folder / "ckpt-6.data-00000-of-00001", folder / "ckpt-10.data-00000-of-00001")
+    result = cli("train", "--config", config)  # a finished run, restarted: it saves nothing
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "checkpoint", *[f"ckpt-{n}.{kind}" for n in (2, 4, 6) for kind in ("data-00000-of-00001", "index")]]
+
+
+def test_resume_takes_the_newest_checkpoint_that_restores_not_the_one_the_state_file_names(cli, logdir_copy):
+    """A kill between a save's index and its state file: the state file still names the previous checkpoint."""
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    (folder / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-4"\nall_model_checkpoint_paths: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-4"\n')
+    result = cli("train", "--config", config, "--set", "max_steps=8")
+    assert result.exit_code == 0, result.output
+    assert f"resumed from {folder / 'ckpt-6'} at step 6" in result.output
+    assert _state_names(folder)[0] == "ckpt-8"
+
+
+def test_eval_names_the_checkpoint_it_used_and_the_newer_one_it_passed_over(cli, logdir_copy):
+    config, logdir = logdir_copy
+    folder = logdir / "checkpoints"
+    _damage(logdir, "truncate_data")
+    result = cli("eval", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-2:] == [
+        next(line for line in result.stderr.splitlines() if line.startswith("checkpoint ckpt-6 does not restore (")),
+        f"evaluating {folder / 'ckpt-4'}",
+    ]
+    assert "passed over" in result.stderr
+    assert read_json_text(result.stdout)["checkpoint"] == str(folder / "ckpt-4")

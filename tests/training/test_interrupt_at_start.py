@@ -35,3 +35,4 @@ def test_ctrl_c_during_the_tensorflow_import_exits_130(tmp_path):
     out, err = process.communicate(timeout=300)
     assert process.returncode == 130, out + err
     assert "Traceback" not in err and "Aborted!" not in err
+    assert "interrupted by SIGINT before training started" in err  # not an exit without a word

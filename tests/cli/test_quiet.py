@@ -1,0 +1,57 @@
+"""TensorFlow's and absl's own log lines are silenced in every command; `--verbose` shows them."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.support import REPO, SMALL_RUN
+
+
+def _opt_train(*args, cwd):
+    # Without the suite's TF_CPP_MIN_LOG_LEVEL: what a user's shell has.
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "OPT_TRAIN_VERBOSE")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-m", "opt_train", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def mismatched(tmp_path_factory):
+    """A trained logdir and a config of another model that names it (its checkpoint does not fit)."""
+    folder = tmp_path_factory.mktemp("quiet")
+    trained = folder / "trained.yaml"
+    trained.write_text(yaml.safe_dump({**SMALL_RUN, "logdir": str(folder / "run")}))
+    done = _opt_train("train", "-c", trained, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    other = folder / "other.yaml"
+    other.write_text(yaml.safe_dump({**SMALL_RUN, "model_params": {"hidden_units": [12]}, "logdir": str(folder / "run")}))
+    return folder, other
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["train", "--resume"], ["eval"]], ids=["train", "eval"])
+def test_a_checkpoint_that_does_not_fit_is_the_error_line_alone(mismatched, command):
+    folder, other = mismatched
+    quiet = _opt_train(*command, "-c", other, cwd=folder)
+    assert quiet.returncode == 2, quiet.stderr
+    assert [line for line in quiet.stderr.splitlines() if line.strip()] == [
+        next(line for line in quiet.stderr.splitlines() if line.startswith("Error: "))], quiet.stderr
+    assert "restores into this run" in quiet.stderr
+
+    shown = _opt_train("--verbose", *command, "-c", other, cwd=folder)
+    assert shown.returncode == 2
+    assert "WARNING:tensorflow:" in shown.stderr or "cuda" in shown.stderr.lower(), shown.stderr
+
+
+@pytest.mark.slow
+def test_a_successful_run_prints_no_tensorflow_line(mismatched):
+    folder, _ = mismatched
+    config = folder / "small.yaml"
+    config.write_text(yaml.safe_dump({**SMALL_RUN, "logdir": str(folder / "small")}))
+    done = _opt_train("train", "-c", config, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "", done.stderr
+    assert all(not line.startswith(("I0000", "E0000", "W0000", "WARNING:")) for line in done.stdout.splitlines())

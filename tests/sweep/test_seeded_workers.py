@@ -1,0 +1,87 @@
+"""Seeded workers of one study split the work: no point is proposed twice, and the study stays repeatable.
+
+Two real worker processes on one SQLite file or one PostgreSQL server (the stand-in
+trainer of test_driver.py, each trial a fraction of a second), both with `seed: 1`.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import CONFIGS, REPO, read_jsonl
+from tests.sweep.test_driver import FAKE_TRAINER
+
+# lr in (100, 200): the stand-in trainer sleeps lr - 100 s, so the two workers overlap.
+SWEEP_BLOCK = "sweep:\n  random:\n    optimizer_params.learning_rate: {uniform: [100.2, 100.4]}\n"
+
+DRIVER = """
+import dataclasses, sys
+from opt_train.config import load_config
+from opt_train.sweep import SweepOptions, plan_sweep, preview_trials, run_sweep
+from opt_train.sweep.plan import SweepPlan
+
+script, out, sampler, trials, preview, *study = sys.argv[1:]
+
+@dataclasses.dataclass(frozen=True)
+class FakePlan(SweepPlan):
+    script: str = ""
+
+    def command(self, trial, python=None):
+        return [sys.executable, self.script, *super().command(trial)[1:]]
+
+storage, name = study or (None, None)
+configs = [{default!r}, {block!r}]
+options = SweepOptions(random_trials=int(trials), seed=1, sampler=sampler, metric="eval/accuracy",
+                       storage=storage, study=name)
+plan = plan_sweep(configs, [], load_config(configs), options, out)
+if preview == "preview":
+    for trial in preview_trials(plan):
+        print(repr(trial.values["optimizer_params.learning_rate"]))
+    sys.exit(0)
+fields = {{field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}}
+run_sweep(FakePlan(**fields, script=script), 1, report=lambda text: print(text, flush=True))
+"""
+
+
+def _driver(tmp_path):
+    block = tmp_path / "sweep.yaml"
+    block.write_text(SWEEP_BLOCK)
+    (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER.format(default=str(CONFIGS / "default.yaml"), block=str(block)))
+    return driver
+
+
+def _worker(tmp_path, out, sampler, trials, preview="run", study=()):
+    argv = [sys.executable, str(_driver(tmp_path)), str(tmp_path / "fake_train.py"), str(tmp_path / out),
+            sampler, str(trials), preview, *study]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def _rates(out):
+    return sorted(r["overrides"]["optimizer_params.learning_rate"] for r in read_jsonl(out / "results.jsonl"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_two_seeded_workers_never_propose_the_same_point(tmp_path, database, sampler, request):
+    storage = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    study = (storage, "shared") if storage else ()
+    workers = [_worker(tmp_path, "out", sampler, 6, study=study) for _ in range(2)]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], "\n".join(outputs)
+    assert all(" started: " in output for output in outputs), outputs  # both took a share
+    rates = _rates(tmp_path / "out")
+    assert len(rates) == 6 and len(set(rates)) == 6, rates
+
+    # Repeatable: the points are a function of the seed and the trial number, whoever ran them.
+    alone = _worker(tmp_path, "alone", sampler, 6)
+    assert alone.communicate(timeout=600)[0] and alone.returncode == 0
+    preview = _worker(tmp_path, "unused", sampler, 6, preview="preview")
+    listed = sorted(float(line) for line in preview.communicate(timeout=600)[0].split())
+    # Six trials are within TPE's ten random start-up trials, so two workers also draw what one does.
+    assert rates == _rates(tmp_path / "alone") == listed
