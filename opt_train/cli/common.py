@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import functools
 
 import click
