@@ -38,7 +38,7 @@ def test_root_config_trains_exactly_like_the_train_command(cli, write_config, tm
     # --mode eval: the latest checkpoint scores what the run's final evaluation did.
     evaluated = cli("--config", via_root, "--mode", "eval")
     assert evaluated.exit_code == 0, evaluated.output
-    scores = json.loads(evaluated.output)
+    scores = json.loads(evaluated.stdout)  # stderr names the checkpoint evaluated
     assert scores["eval/accuracy"] == pytest.approx(rooted["eval/accuracy"], abs=1e-6)
     assert scores["eval/loss"] == pytest.approx(rooted["eval/loss"], rel=1e-6)
 
