@@ -62,9 +62,13 @@ class Backend(abc.ABC):
         return contextlib.nullcontext()
 
     def distribute(self, dataset, batch_size_per_replica):
-        """The iterable a train step reads: this process's batches, split between its replicas."""
+        """The iterable a train step reads: this process's batches."""
         del batch_size_per_replica
         return dataset
+
+    def split_batch(self, batch):
+        """A batch `distribute` gave, as the replicas' inputs (per-replica values under tf.distribute)."""
+        return batch
 
     @abc.abstractmethod
     def allreduce(self, tensors, op="mean"):

@@ -159,7 +159,7 @@ class TrainOp(tf.Module):
 
     def _replicated_part(self, batch):
         """`_local_part` on every replica; the mean loss and the per-replica gradients, in variable order."""
-        loss, present = self._strategy.run(self._local_part, args=(batch,))
+        loss, present = self._strategy.run(self._local_part, args=(self.backend.split_batch(batch),))
         loss = self._strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
         grads, found = [], iter(present)
         for has_gradient in self._has_gradient:
