@@ -242,8 +242,13 @@ class Checkpoints:
         return path
 
     def _save_and_discard(self, step):
-        """A non-chief worker's part in a collective save: written beside the chief's, then deleted."""
-        folder = os.path.join(self.directory, f"worker-{os.getpid()}_temp")
+        """A non-chief worker's part in a collective save: written to a local temporary folder, then deleted.
+
+        Not in the logdir: the chief removes what it finds of interrupted saves there.
+        """
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="opt-train-worker-save-")
         try:
             self.checkpoint.write(os.path.join(folder, "ckpt"))
         finally:
