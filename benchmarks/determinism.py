@@ -39,7 +39,7 @@ def measure(scenario, workdir):
         from opt_train.training.builder import build_data_for
         from opt_train.distributed import get_backend
 
-        data = build_data_for(config, get_backend(False))
+        data = build_data_for(config, get_backend())
         pipelines[name] = OptTrainPipeline(config, BatchSource(data.train, 16))
     times = {name: [] for name in pipelines}
     for round_number in range(scenario.repeats):

@@ -60,7 +60,7 @@ def test_resnet50_example_validates_and_builds_keras_resnet50(tmp_path):
     from opt_train.training.builder import build_run
 
     config = load_config([str(CONFIGS / "resnet50_synthetic.yaml")], [f"logdir={tmp_path / 'run'}"])
-    run = build_run(config, get_backend(False))
+    run = build_run(config, get_backend())
     reference = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg", input_shape=(32, 32, 3))
     assert run.model.count_params() == reference.count_params() + 2048 * 10 + 10
     assert run.model.output_shape == (None, 10)
