@@ -114,10 +114,10 @@ def replicas_runs(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def workers_runs(tmp_path_factory):
-    """Every run of `worker.RUNS` on 2 MultiWorkerMirroredStrategy workers started by hand, a TF_CONFIG each."""
+    """The runs of `worker.WORKER_RUNS` on 2 MultiWorkerMirroredStrategy workers started by hand, a TF_CONFIG each."""
     outdir = tmp_path_factory.mktemp("workers_e2e")
     for code, output in run_tf_workers([sys.executable, str(WORKER), "--backend", "workers", str(outdir),
-                                        *worker.RUNS]):
+                                        *worker.WORKER_RUNS]):
         assert code == 0, output[-5000:]
     return Runs(outdir)
 

@@ -91,6 +91,7 @@ RUNS = {
 # The runs only tf.distribute's tests take (Horovod's suite keeps its own length).
 TF_ONLY = ("mixed", "sparse")
 HOROVOD_RUNS = tuple(name for name in RUNS if name not in TF_ONLY)
+WORKER_RUNS = ("plain", "iter_size", "overflow", "sparse")
 
 
 def config_payload(name, backend, logdir):
