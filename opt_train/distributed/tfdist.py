@@ -23,6 +23,7 @@ the same on every replica, counts once.
 
 from __future__ import annotations
 
+import json
 import os
 
 from opt_train.distributed.base import Backend
@@ -108,11 +109,11 @@ class StrategyBackend(Backend):
             )
             self._workers, self._worker, self._chief = 1, 0, True
         else:
-            os.environ["TF_CONFIG"] = _json(cluster.tf_config())
+            os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config())
             gpus = tf.config.list_physical_devices("GPU")
             if gpus and num_gpus:
                 if len(gpus) < num_gpus:
-                    devices, _ = local_devices(num_gpus)  # raises, naming num_gpus and the GPUs found
+                    local_devices(num_gpus)  # raises, naming num_gpus and the GPUs found
                 tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
             elif num_gpus and num_gpus > 1:
                 notes.append(f"num_gpus: {num_gpus}: no GPU found; each worker runs one replica on its CPU")
@@ -155,20 +156,14 @@ class StrategyBackend(Backend):
     def scope(self):
         return self.strategy.scope()
 
-    def distribute(self, dataset, batch_size_per_replica):
-        """This worker's batches as they are: `split_batch` hands each replica its slice inside the step.
-
-        opt-train has sharded the data per worker already, in batches of
-        `replicas_per_worker x batch_size_per_replica`. A distributed dataset would
-        cost a multi-device iterator per step (measured: half the update rate of one
-        process on a wide MLP on CPU), and `experimental_distribute_dataset` would read
-        each batch as a global one and cut it by the replicas of every worker.
-        """
-        del batch_size_per_replica
-        return dataset
-
     def split_batch(self, batch):
-        """Per-replica values of a worker's batch: replica r of this worker takes its r-th slice, on its device."""
+        """Per-replica values of a worker's batch: replica r of this worker takes its r-th slice, on its device.
+
+        The data stays an ordinary dataset (`Backend.distribute`), already sharded per worker
+        in batches of `replicas_per_worker x batch_size_per_gpu`: a distributed dataset cost a
+        multi-device iterator per step (half the update rate of one process on a wide MLP on
+        CPU), and `experimental_distribute_dataset` would read each batch as a global one.
+        """
         import tensorflow as tf
 
         count = self._local_replicas
@@ -260,9 +255,3 @@ def _one_value(strategy, value):
     if isinstance(value, tf.distribute.DistributedValues):
         return strategy.experimental_local_results(value)[0]
     return value
-
-
-def _json(data):
-    import json
-
-    return json.dumps(data)
