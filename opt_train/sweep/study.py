@@ -7,6 +7,8 @@ RUNNING, which succeeds for exactly one worker. Optuna is imported here only.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import time
 
@@ -15,6 +17,8 @@ from opt_train.sweep.plan import render
 from opt_train.training.errors import TrainingFailed
 
 STUDY_FILE = "study.db"
+# Beside an SQLite study file: the lock workers take in turn to claim a trial.
+CLAIM_LOCK_SUFFIX = ".claim-lock"
 # User attributes on each trial and the study: the base config's digest (a trial of
 # another digest is stale), the trial's folder, and the sweep's record of it.
 GENERATION = "generation"
@@ -292,16 +296,34 @@ def claim_waiting(study, generation):
     """Takes one WAITING trial of `generation` for this worker (WAITING -> RUNNING); its id, or None."""
     optuna = optuna_module()
     storage = study._storage
-    for trial in storage.get_all_trials(study._study_id, deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        if trial.user_attrs.get(GENERATION) != generation:
-            continue
-        try:
-            # Succeeds for one worker only: the storage checks the trial is still WAITING.
-            if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.RUNNING):
-                return trial._trial_id
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
+    with _claims_serialized(storage):
+        for trial in storage.get_all_trials(study._study_id, deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            if trial.user_attrs.get(GENERATION) != generation:
+                continue
+            try:
+                # Succeeds for one worker only: the storage checks the trial is still WAITING.
+                if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.RUNNING):
+                    return trial._trial_id
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
     return None
+
+
+@contextlib.contextmanager
+def _claims_serialized(storage):
+    """Holds a lock file beside an SQLite study while a worker claims a trial; does nothing for a server.
+
+    Optuna's WAITING -> RUNNING check reads the trial `FOR UPDATE`, which SQLite ignores, and
+    pysqlite opens its transaction only at the write: two workers could both read WAITING
+    and both take the trial. PostgreSQL and MySQL lock the row.
+    """
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    if engine is None or engine.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        yield
+        return
+    with open(f"{engine.url.database}{CLAIM_LOCK_SUFFIX}", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def running_trials(study, generation):

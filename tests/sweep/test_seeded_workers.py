@@ -85,3 +85,43 @@ def test_two_seeded_workers_never_propose_the_same_point(tmp_path, database, sam
     listed = sorted(float(line) for line in preview.communicate(timeout=600)[0].split())
     # Six trials are within TPE's ten random start-up trials, so two workers also draw what one does.
     assert rates == _rates(tmp_path / "alone") == listed
+
+
+CLAIMER = """
+import sys
+import optuna
+from opt_train.sweep import study as studies
+
+url, count = sys.argv[1], int(sys.argv[2])
+study = optuna.load_study(study_name="claims", storage=studies.make_storage(url))
+if count:
+    for number in range(count):
+        study.enqueue_trial({"x": float(number)}, user_attrs={studies.GENERATION: "g"})
+    sys.exit(0)
+claimed = []
+while (trial_id := studies.claim_waiting(study, "g")) is not None:
+    claimed.append(trial_id)
+print(" ".join(map(str, claimed)))
+"""
+
+
+@pytest.mark.slow
+def test_two_workers_on_one_sqlite_file_never_claim_the_same_trial(tmp_path):
+    # Optuna's own WAITING -> RUNNING check does not hold on SQLite: before the claim lock,
+    # two workers racing through 120 queued trials shared several (one then crashed
+    # writing to a trial the other had finished).
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="claims", storage=url)
+    script = tmp_path / "claim.py"
+    script.write_text(CLAIMER)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, str(script), url, "120"], check=True, env=env)
+    claimers = [subprocess.Popen([sys.executable, str(script), url, "0"], stdout=subprocess.PIPE, text=True, env=env)
+                for _ in range(2)]
+    claimed = [claimer.communicate(timeout=300)[0].split() for claimer in claimers]
+    assert [claimer.returncode for claimer in claimers] == [0, 0]
+    assert all(claimed), claimed  # both took a share
+    assert sorted(claimed[0] + claimed[1]) == sorted(set(claimed[0] + claimed[1])), claimed
+    assert len(claimed[0]) + len(claimed[1]) == 120
