@@ -23,6 +23,7 @@ the same on every replica, counts once.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -210,19 +211,31 @@ class StrategyBackend(Backend):
         return None
 
     def allreduce_scalar(self, value, op="sum"):
-        """Reduces one Python number across workers, eagerly (a collective when there are several)."""
+        """Reduces one Python number across workers (a collective when there are several)."""
         if self._workers <= 1:
             return value
         import tensorflow as tf
 
-        values = self.strategy.gather(
-            self.strategy.experimental_distribute_values_from_function(
-                lambda context: tf.constant([float(value)], tf.float64)
-            ),
-            axis=0,
-        ).numpy()[:: self._local_replicas]  # one entry per worker
+        values = self._gather_scalar(tf.constant(float(value), tf.float64)).numpy()[:: self._local_replicas]
         result = {"sum": values.sum, "mean": values.mean, "min": values.min, "max": values.max}[op]()
         return int(round(result)) if isinstance(value, int) and op != "mean" else float(result)
+
+    @functools.cached_property
+    def _gather_scalar(self):
+        """Every replica's copy of a float64 scalar, gathered: one traced function, so that the
+        collective is built once rather than at every eager call (each warned of retracing)."""
+        import tensorflow as tf
+
+        strategy = self.strategy
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.float64)])
+        def gather(value):
+            per_replica = strategy.experimental_distribute_values_from_function(
+                lambda context: tf.reshape(value, [1])
+            )
+            return strategy.gather(per_replica, axis=0)
+
+        return gather
 
     def barrier(self):
         if self._workers > 1:

@@ -75,8 +75,9 @@ def run_tf_workers(command, count=2, timeout=JOB_TIMEOUT_SECONDS):
 class Runs:
     """The finished runs of one launch: `load(name, rank)` -> (final metrics, final values), `outdir`."""
 
-    def __init__(self, outdir):
+    def __init__(self, outdir, output=""):
         self.outdir = outdir
+        self.output = output  # what the processes printed
 
     @staticmethod
     def _arrays(path):
@@ -116,10 +117,10 @@ def replicas_runs(tmp_path_factory):
 def workers_runs(tmp_path_factory):
     """The runs of `worker.WORKER_RUNS` on 2 MultiWorkerMirroredStrategy workers started by hand, a TF_CONFIG each."""
     outdir = tmp_path_factory.mktemp("workers_e2e")
-    for code, output in run_tf_workers([sys.executable, str(WORKER), "--backend", "workers", str(outdir),
-                                        *worker.WORKER_RUNS]):
+    jobs = run_tf_workers([sys.executable, str(WORKER), "--backend", "workers", str(outdir), *worker.WORKER_RUNS])
+    for code, output in jobs:
         assert code == 0, output[-5000:]
-    return Runs(outdir)
+    return Runs(outdir, "".join(output for _, output in jobs))
 
 
 @pytest.fixture(scope="session")

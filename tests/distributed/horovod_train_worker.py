@@ -163,6 +163,13 @@ def main(outdir, names, backend_name="horovod"):
         config_path = write_config(config_payload(name, backend_name, logdir),
                                    os.path.join(outdir, f"{name}_rank{backend.rank}.yaml"))
         save_run(outdir, name, backend.rank, *train_run(config_path, backend))
+    # Across processes (one process of replicas reduces over itself alone), called more
+    # times than tf.function's retracing warning allows.
+    scalars = {f"{op}_{round_}": backend.allreduce_scalar(backend.rank + 1, op=op)
+               for round_ in range(3) for op in ("sum", "mean", "min", "max")}
+    scalars["float_sum"] = backend.allreduce_scalar(0.25 * (backend.rank + 1))
+    with open(os.path.join(outdir, f"scalars_rank{backend.rank}.json"), "w", encoding="utf-8") as handle:
+        json.dump(scalars, handle)
     backend.shutdown()
 
 
