@@ -8,6 +8,7 @@ python -m pip install --quiet --disable-pip-version-check -e ".[dev,profile,mlfl
 bash scripts/install_horovod.sh
 bash scripts/install_postgres.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-# Two workers, each taking the next test as it frees (worksteal: durations vary from
-# milliseconds to a minute); `-n 0` as an extra argument runs in one process.
-exec python -m pytest -n 2 --dist worksteal "$@"
+# Two workers, each handed the next test as it frees; the tests of one xdist_group (a
+# module whose tests share a trained fixture) all go to one worker, so that the fixture
+# is trained once, not once per worker. `-n 0` as an extra argument runs in one process.
+exec python -m pytest -n 2 --dist loadgroup "$@"

@@ -9,6 +9,9 @@ import yaml
 
 from tests.support import REPO, SMALL_RUN
 
+# Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("quiet-mismatched")
+
 
 def _opt_train(*args, cwd):
     # Without the suite's TF_CPP_MIN_LOG_LEVEL: what a user's shell has.

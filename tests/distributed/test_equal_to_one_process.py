@@ -17,7 +17,7 @@ import pytest
 from tests.distributed import horovod_train_worker as worker
 from tests.support import read_json, read_jsonl
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed-equal")]
 
 TOLERANCE = 1e-5  # weights after 24 updates
 # float16 sums a batch of 16 and one of 32 in different orders: a float16 rounding step

@@ -15,6 +15,7 @@ import pytest
 from tests.distributed import horovod_worker as worker
 
 pytestmark = [
+    pytest.mark.xdist_group("horovod-backend"),
     pytest.mark.slow,
     pytest.mark.horovod,
     pytest.mark.skipif(

@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 import yaml
 
+# Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("export-trained")
+
+
 RUN = {
     "model": "mlp",
     "model_params": {"hidden_units": [16]},

@@ -10,6 +10,9 @@ import tensorflow as tf
 
 from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json
 
+# Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("train-logdir")
+
 RUN = {**SMALL_RUN, "print_loss_steps": 2, "save_checkpoint_steps": 2, "num_checkpoints": 3}
 
 

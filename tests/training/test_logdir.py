@@ -11,6 +11,10 @@ import yaml
 
 from tests.support import REPO, SMALL_RUN, fill_disk, one_error_line, read_json, read_jsonl
 
+# Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("train-logdir")
+
+
 RUN = {**SMALL_RUN, "print_loss_steps": 3, "save_checkpoint_steps": 3}
 
 

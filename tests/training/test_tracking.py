@@ -13,7 +13,7 @@ import yaml
 from tests.support import SMALL_RUN, main_code, read_json, read_jsonl, run_python
 
 mlflow = pytest.importorskip("mlflow")
-pytestmark = pytest.mark.slow  # a server start and two training runs
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("mlflow-server")]  # a server start and two training runs
 
 
 def _free_port():
