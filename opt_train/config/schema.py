@@ -237,6 +237,10 @@ class TrainConfig:
 
         write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
+    def not_run_keys(self):
+        """The keys whose change continues the same run (`key(run=False)`): length, visibility, place."""
+        return NOT_RUN_KEYS
+
     def pipeline_arguments(self):
         """`optimize_loss` keyword arguments of the keys that feed it unchanged (`key(feeds=...)`).
 
