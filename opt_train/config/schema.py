@@ -147,7 +147,7 @@ class TrainConfig:
         None, p.optional(p.regex), "regex or null", "variables whose name matches are not trained",
         feeds="freeze_variables_regex")
     summaries: tuple = key(
-        ("learning_rate", "global_gradient_norm", "loss_scale"), rules.summaries, "list",
+        names.DEFAULT_SUMMARIES, rules.summaries, "list",
         ", ".join(names.OPTIMIZER_SUMMARIES), run=False, feeds="summaries",
         shown="`[learning_rate, global_gradient_norm, loss_scale]` (OpenSeq2Seq's)")
     logdir: str = key(
