@@ -1,19 +1,33 @@
-"""`opt-train list`: the optimizers, lr policies, models, datasets and summaries a config may name."""
+"""`opt-train list`: the config keys, and the optimizers, lr policies, models, datasets and summaries a config may name."""
 
 import click
 
-TOPICS = ("optimizers", "lr_policies", "models", "datasets", "summaries", "loss_scalers")
+TOPICS = ("keys", "optimizers", "lr_policies", "models", "datasets", "summaries", "loss_scalers")
 
 
 @click.command("list")
 @click.argument("topic", type=click.Choice(TOPICS), required=False)
-def list_command(topic):
+@click.option("--markdown", is_flag=True, help="keys: the key table of docs/config.md.")
+def list_command(topic, markdown):
     """List names with their parameters and defaults (all topics when none is given)."""
+    if markdown:
+        if topic != "keys":
+            raise click.UsageError("--markdown goes with `opt-train list keys`")
+        from opt_train.config import keys
+
+        click.echo(keys.markdown())
+        return
     for name in [topic] if topic else TOPICS:
         click.echo(f"# {name}")
         for line in _LISTERS[name]():
             click.echo(line)
         click.echo("")
+
+
+def _keys():
+    from opt_train.config import keys
+
+    yield from keys.lines()
 
 
 def _optimizers():
@@ -77,6 +91,7 @@ def _params(params):
 
 
 _LISTERS = {
+    "keys": _keys,
     "optimizers": _optimizers,
     "lr_policies": _lr_policies,
     "models": _models,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opt_train import params as p
 from opt_train.config.issues import ConfigIssue
-from opt_train.config.schema import locate
+from opt_train.config.issues import locate
 from opt_train.errors import ParamError
 
 # Module prefixes a Python config writes before a class or function name; in YAML they

@@ -108,3 +108,19 @@ def as_param_error(error):
     if isinstance(error, ParamError):
         return error
     return ParamError(None, "out_of_range", str(error).rstrip("."))
+
+
+def parent_key(dotted_key):
+    """`a.b[1]` -> `a.b` -> `a` -> `''`."""
+    cut = max(dotted_key.rfind("."), dotted_key.rfind("["))
+    return dotted_key[:cut] if cut > 0 else ""
+
+
+def locate(locations, dotted_key):
+    """`(file, line)` where `dotted_key` or its nearest enclosing key was set, else `(None, None)`."""
+    key = dotted_key
+    while key:
+        if key in locations:
+            return locations[key]
+        key = parent_key(key)
+    return None, None

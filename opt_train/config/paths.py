@@ -32,7 +32,7 @@ def _resolve(value, file):
 
 
 def _file_of(locations, key):
-    from opt_train.config.schema import locate
+    from opt_train.config.issues import locate
 
     return locate(locations, key)[0]
 

@@ -7,11 +7,13 @@ rules know nothing of files: the validator adds where a value was set.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+
 from opt_train import params as p
 from opt_train import usercode
 from opt_train.config.issues import RuleError, RuleErrors
 from opt_train.config.registries import registry
-from opt_train.config.schema import LarcParams
 from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.suggest import UnknownNameError
@@ -25,6 +27,31 @@ int_at_least_1 = p.integer(1)
 positive_float = p.YAML_POSITIVE
 nonnegative_float = p.YAML_NON_NEGATIVE
 RATE = p.number(strings=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class LarcParams(Mapping):
+    """Layer-wise adaptive rate control: `larc_mode` clip or scale, trust ratio `larc_eta`.
+
+    Also a read-only mapping, so `dict(config.larc_params)` gives what
+    `optimize_loss(larc_params=...)` takes.
+    """
+
+    larc_eta: float  # required, as in OpenSeq2Seq: no trust ratio suits every model
+    larc_mode: str = names.LARC_SPEC["larc_mode"].default
+    min_update: float = names.LARC_SPEC["min_update"].default
+    epsilon: float = names.LARC_SPEC["epsilon"].default
+
+    def __getitem__(self, name):
+        if name not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self):
+        return iter(self.__dataclass_fields__)
+
+    def __len__(self):
+        return len(self.__dataclass_fields__)
 
 
 def unknown_key(name, known):

@@ -1,89 +1,27 @@
 """Checks merged config data field by field, then across fields, and builds a `TrainConfig`.
 
-Every field has one rule, `rule(name, raw value) -> typed value`, most of them the
-library's own (`opt_train.optimizers.names`, `opt_train.params`); the rules that involve
-several fields live together in `CROSS_RULES`, and the registries' tables judge the
+Every field has one rule, `rule(name, raw value) -> typed value`, declared with the key
+itself (`schema.key`), most of them the library's own (`opt_train.optimizers.names`,
+`opt_train.params`); the rules that involve several fields live together in `CROSS_RULES`, and the registries' tables judge the
 parameter blocks (optimizer, lr policy, model, data). Problems are collected, never
 raised one at a time: the loader raises them together.
 """
 
 from __future__ import annotations
 
-from opt_train import params as p
-from opt_train.config import compat, rules
+from opt_train.config import rules
 from opt_train.config.issues import OVERRIDE_FILE, ConfigIssue, RuleError, RuleErrors, as_param_error
 from opt_train.config.registries import registry
-from opt_train.config.schema import FIELD_NAMES, TrainConfig, join_key, locate
+from opt_train.config.schema import FIELD_NAMES, TrainConfig, config_fields, join_key, locate
 from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
 from opt_train.errors import ParamError
 from opt_train.params import ParamErrors
 from opt_train.usercode import UserCodeError
 
-# -- field rules: rule(name, value) -> typed value --------------------------------
+# -- field rules: rule(name, value) -> typed value, each declared with its key (schema.key) --
 
-_STEPS = p.optional(p.STEP_COUNT)
-
-FIELD_RULES = {
-    "model": rules.model_spec,
-    "model_params": p.mapping,
-    "data": rules.dataset_name,
-    "data_params": p.mapping,
-    "loss": p.optional(rules.loss_spec),
-    "loss_params": p.mapping,
-    "metrics": rules.metric_names,
-    "batch_size_per_gpu": p.integer(1),
-    "eval_batch_size": _STEPS,
-    "max_steps": _STEPS,
-    "num_epochs": p.optional(rules.positive_float),
-    "optimizer": rules.optimizer_name,
-    "optimizer_params": rules.optimizer_params,
-    "lr_policy": rules.lr_policy_name,
-    "lr_policy_params": p.mapping,
-    "warmup": p.optional(p.mapping),
-    "dtype": names.DTYPE,
-    "loss_scaling": names.LOSS_SCALING,
-    "loss_scaling_params": p.mapping,
-    "on_nonfinite": names.ON_NONFINITE_RULE,
-    "max_consecutive_overflows": names.MAX_CONSECUTIVE_OVERFLOWS,
-    "count_skipped_updates": names.COUNT_SKIPPED_UPDATES,
-    "iter_size": names.ITER_SIZE,
-    "iter_size_mode": names.ITER_SIZE_MODE,
-    "use_horovod": p.boolean,
-    "distributed": p.one_of(*distributed_names.BACKENDS, kind="distributed backend"),
-    "rank_timeout_secs": rules.positive_float,
-    "max_grad_norm": names.MAX_GRAD_NORM,
-    "larc_params": p.optional(rules.larc_params),
-    "gradient_transforms": rules.gradient_transforms,
-    "regularizer": rules.regularizer,
-    "regularizer_params": p.mapping,
-    "freeze_variables_regex": p.optional(p.regex),
-    "summaries": rules.summaries,
-    "logdir": p.string,
-    "save_checkpoint_steps": _STEPS,
-    "num_checkpoints": p.integer(1),
-    "save_summaries_steps": _STEPS,
-    "print_loss_steps": p.integer(1),
-    "eval_steps": _STEPS,
-    # NumPy's and Python's generators take seeds in [0, 2**32): Keras seeds all three from it.
-    "random_seed": p.integer(0, high=2**32 - 1),
-    "deterministic": p.boolean,
-    "profile_steps": p.optional(rules.profile_steps),
-    "tracking": p.optional(rules.tracking),
-    "jit_compile": p.boolean,
-    "python_path": rules.python_path,
-    "sweep": p.optional(p.mapping),
-    # OpenSeq2Seq keys (compat.py has already translated their TF1 spellings).
-    "num_gpus": p.optional(p.integer(1)),
-    "print_samples_steps": p.optional(p.integer(1)),
-    "bench_start": p.optional(p.integer(0)),
-    "load_model": p.optional(p.string),
-    "initializer": p.optional(p.one_of(*compat.KERAS_INITIALIZERS, kind="initializer", lower=True)),
-    "initializer_params": p.mapping,
-    "lr_control": p.optional(compat.lr_control),
-    "early_stopping": p.optional(compat.early_stopping),
-    "restore_best_checkpoint": p.boolean,
-}
+FIELD_RULES = {field.name: field.metadata["rule"] for field in config_fields()}
 
 
 # -- cross-field rules ---------------------------------------------------------

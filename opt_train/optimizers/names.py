@@ -29,6 +29,9 @@ OPTIMIZER_SUMMARIES = (
     "loss_scale",
 )
 
+# What OpenSeq2Seq's optimize_loss summarised when given summaries=None (YAML's default too).
+DEFAULT_SUMMARIES = ("learning_rate", "global_gradient_norm", "loss_scale")
+
 # `dtype:` values. float16 / bfloat16 are "pure" (low-precision variables with
 # float32 master copies); mixed / mixed_bfloat16 keep float32 variables and
 # compute in the low precision through a Keras dtype policy.
@@ -258,6 +261,7 @@ def check_loss_scaling(loss_scaling, loss_scaling_params=None):
 
 
 __all__ = [
+    "DEFAULT_SUMMARIES",
     "DTYPES",
     "ITER_SIZE_MODES",
     "LARC_MODES",

@@ -153,11 +153,11 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
 
 
 def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn=None, var_list=None,
-                  dtype="float32", clip_gradients=None, summaries=None, larc_params=None,
+                  dtype="float32", clip_gradients=None, summaries=names.DEFAULT_SUMMARIES, larc_params=None,
                   loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
                   distributed=None, freeze_variables_regex=None, on_nonfinite="skip",
-                  max_consecutive_overflows=None, jit_compile=False, gradient_transforms=None,
-                  iter_size_mode="mean", count_skipped_updates=True):
+                  max_consecutive_overflows=names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT, jit_compile=False,
+                  gradient_transforms=None, iter_size_mode="mean", count_skipped_updates=False):
     """Given a loss function and optimizer settings, returns a `TrainOp` (OpenSeq2Seq's `optimize_loss` for TF2).
 
     Args:
@@ -171,7 +171,8 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         dtype: one of `names.DTYPES`; float16 / bfloat16 wrap the optimizer in
             `MixedPrecisionOptimizerWrapper`. Defaults to `"float32"`.
         clip_gradients: `max_grad_norm`, or None. With `larc_params`, clipping runs first.
-        summaries: names from `OPTIMIZER_SUMMARIES` added with `summarize=True`.
+        summaries: names from `OPTIMIZER_SUMMARIES` added with `summarize=True`. Defaults to
+            OpenSeq2Seq's `names.DEFAULT_SUMMARIES` (entries every step returns anyway).
         larc_params: `{larc_eta, larc_mode, min_update, epsilon}`, or None.
         loss_scaling: a number (static) or "Backoff" / "LogMax" / "Dynamic". Defaults to `1.0`.
         loss_scaling_params: the algorithm's parameters (`names.LOSS_SCALERS`).
@@ -185,10 +186,9 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         on_nonfinite: "skip" (count and go on) or "stop" (set `stop_reason`). Defaults to `"skip"`.
         max_consecutive_overflows: stop after this many non-finite updates in a row; None: never
             when skipped updates count, else `names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT` (a run
-            that skips every update would otherwise never reach its step).
+            that skips every update would otherwise never reach its step). Defaults to `20`.
         count_skipped_updates: whether a skipped (non-finite) update moves `global_step`.
-            False is OpenSeq2Seq's counting (YAML's default); True keeps this function's
-            historical counting. Defaults to `True`.
+            Defaults to `False`, OpenSeq2Seq's counting.
         jit_compile: XLA-compile the step. Defaults to `False`.
         gradient_transforms: your own transforms, each run right after a named built-in
             stage: entries `{factory, params, after}` as in YAML (`user_transforms`), or

@@ -213,26 +213,12 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
     with _config_key(config, "optimizer_params"):
         train_op = optimize_loss(
             loss_fn,
-            optimizer=config.optimizer,
             optimizer_params=optimizer_params,
             learning_rate_decay_fn=schedule,
             var_list=model.trainable_variables,
-            dtype=config.dtype,
-            clip_gradients=config.max_grad_norm,
-            summaries=list(config.summaries),
-            larc_params=config.larc_params,
-            loss_scaling=config.loss_scaling,
-            loss_scaling_params=dict(config.loss_scaling_params),
-            on_horovod=config.use_horovod,
-            iter_size=config.iter_size,
-            iter_size_mode=config.iter_size_mode,
             distributed=backend,
-            freeze_variables_regex=config.freeze_variables_regex,
-            on_nonfinite=config.on_nonfinite,
-            max_consecutive_overflows=config.max_consecutive_overflows,
-            count_skipped_updates=config.count_skipped_updates,
-            jit_compile=config.jit_compile,
-            gradient_transforms=list(config.gradient_transforms),
+            # The keys declared with `feeds=` (config/schema.py), each under its argument's name.
+            **config.pipeline_arguments(),
         )
         train_op.build()
     return train_op

@@ -17,15 +17,6 @@ from opt_train.training.errors import RunRefused, TrainingFailed
 # What a run leaves in its logdir; any of them means the folder holds a run.
 RUN_FILES = ("config.yaml", "checkpoints", "metrics.jsonl", "final_metrics.json", "train", "eval")
 LOCK_FILE = ".lock"
-# Keys that say how long, how visibly or where a run trains, not what it trains: changing
-# them continues the same run. Every other key (model, data, optimizer and its
-# parameters, the gradient pipeline, the seed, and any key added later) defines the run.
-NOT_RUN_KEYS = frozenset({
-    "max_steps", "num_epochs", "logdir", "save_checkpoint_steps", "num_checkpoints",
-    "save_summaries_steps", "print_loss_steps", "eval_steps", "eval_batch_size", "summaries",
-    "jit_compile", "deterministic", "profile_steps", "tracking", "sweep", "use_horovod", "distributed",
-    "max_consecutive_overflows", "rank_timeout_secs",
-})
 # Launchers that start one process per rank set these; a config must then ask for Horovod.
 _LAUNCHER_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
@@ -45,15 +36,16 @@ def saved_config(logdir):
     return saved if isinstance(saved, dict) else None
 
 
-def differences(saved, current):
+def differences(saved, current, not_run_keys):
     """`[(dotted key, saved value, current value)]` for the run-defining keys that differ.
 
+    `not_run_keys` say how long, how visibly or where a run trains, not what it trains
+    (`TrainConfig.not_run_keys()`: declared with each key); every other key defines the run.
     A key one side lacks (a config written before the key existed) is not compared.
     """
     found = []
-    for key in sorted(set(saved) & set(current)):
-        if key not in NOT_RUN_KEYS:
-            _compare(key, saved[key], current[key], found)
+    for key in sorted(set(saved) & set(current) - set(not_run_keys)):
+        _compare(key, saved[key], current[key], found)
     return found
 
 
@@ -92,7 +84,7 @@ def check_same_run(config, logdir, *, continue_anyway):
     saved = saved_config(logdir)
     if saved is None:
         return []
-    changed = differences(saved, config.to_dict())
+    changed = differences(saved, config.to_dict(), config.not_run_keys())
     if not changed or continue_anyway:
         return changed
     shown = "; ".join(

@@ -82,7 +82,7 @@ def test_num_gpus_under_horovod_is_one_note_naming_it(tmp_path):
 
 
 def test_the_backend_is_not_run_defining():
-    from opt_train.training.logdir import NOT_RUN_KEYS
+    from opt_train.config.schema import NOT_RUN_KEYS
 
     assert {"distributed", "use_horovod"} <= NOT_RUN_KEYS
 

@@ -142,20 +142,13 @@ def _build(part, config):
         return "data_params", lambda: build_data(
             config["data"], dict(config["data_params"]), batch_size=8, seed=0
         )
+    from opt_train.config.schema import FEEDS
     from opt_train.optimizers import optimize_loss
 
+    # Each pipeline key as training passes it (config.pipeline_arguments), the raw YAML value here.
+    arguments = {argument: config[key] for key, argument in FEEDS.items() if key in config and key != "optimizer"}
     return "", lambda: optimize_loss(
-        lambda batch: 0.0, "SGD", {"learning_rate": 0.1},
-        dtype=config.get("dtype", "float32"),
-        clip_gradients=config.get("max_grad_norm"),
-        summaries=config.get("summaries"),
-        larc_params=config.get("larc_params"),
-        loss_scaling=config.get("loss_scaling", 1.0),
-        loss_scaling_params=config.get("loss_scaling_params"),
-        iter_size=config.get("iter_size", 1),
-        freeze_variables_regex=config.get("freeze_variables_regex"),
-        on_nonfinite=config.get("on_nonfinite", "skip"),
-        max_consecutive_overflows=config.get("max_consecutive_overflows"),
+        lambda batch: 0.0, "SGD", {"learning_rate": 0.1}, **arguments,
     ).build([0.0])
 
 

@@ -74,7 +74,7 @@ def test_bad_hosts_are_one_line_exit_2_before_any_rank(cli, tmp_path, hosts, wor
 
 def test_rank_timeout_secs_defaults_to_60_and_is_not_run_defining(cli):
     from opt_train.config import load_config
-    from opt_train.training.logdir import NOT_RUN_KEYS
+    from opt_train.config.schema import NOT_RUN_KEYS
 
     assert load_config([str(CONFIGS / "horovod.yaml")]).rank_timeout_secs == 60
     assert "rank_timeout_secs" in NOT_RUN_KEYS

@@ -112,7 +112,7 @@ def test_skipped_step_leaves_every_variable_bit_identical():
         return tf.where(poisoned, float("nan"), base_loss(batch))
 
     train_op = optimize_loss(loss, keras.optimizers.Adam, {}, schedule(), var_list=variables, iter_size=2,
-                             clip_gradients=1.0)
+                             clip_gradients=1.0, count_skipped_updates=True)
     stream = batches(data, MICRO)
     for batch in stream[:4]:
         train_op(batch)
