@@ -112,7 +112,8 @@ def export_at_end(run, say):
     except (NotImplementedError, TypeError, ValueError) as error:  # e.g. a custom layer without get_config
         say(f"export to {directory} incomplete: {' '.join(str(error).split())[:300]}")
         return None
-    say(f"exported {os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/{weights_note(averaged)}")
+    written = f"{os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/"
+    say(f"exported {written}{weights_note(averaged)}")
     return directory
 
 
