@@ -30,6 +30,17 @@ class TrainingFailedError(click.ClickException):
     exit_code = 1
 
 
+# eval, export and predict from a checkpoint: with use_ema they take the averaged weights, as
+# the run's own evaluations and export do (Keras's fit() ends with finalize_variable_values);
+# the raw ones stay reachable, as Keras evaluates them when no SwapEMAWeights is given.
+raw_weights_option = click.option(
+    "--raw-weights",
+    is_flag=True,
+    default=False,
+    help="With optimizer_params.use_ema: the trained weights themselves, not their moving average (the default).",
+)
+
+
 def config_options(function=None, *, required=True):
     """`--config` (repeatable, later files win) and `--set key=value` (repeatable).
 

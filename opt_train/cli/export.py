@@ -4,7 +4,9 @@ import json
 
 import click
 
-from opt_train.cli.common import ConfigUsageError, config_options, import_tensorflow, load, user_errors
+from opt_train.cli.common import (
+    ConfigUsageError, config_options, import_tensorflow, load, raw_weights_option, user_errors,
+)
 
 
 @click.command()
@@ -16,7 +18,8 @@ from opt_train.cli.common import ConfigUsageError, config_options, import_tensor
     help="Checkpoint prefix or directory (default: the latest in logdir).",
 )
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Directory to write (default: logdir/export).")
-def export(configs, overrides, checkpoint, out):
+@raw_weights_option
+def export(configs, overrides, checkpoint, out, raw_weights):
     """Export a checkpoint's model: DIR/model.keras and DIR/saved_model/ (for TF Serving)."""
     config = load(configs, overrides)
     import_tensorflow()
@@ -24,7 +27,8 @@ def export(configs, overrides, checkpoint, out):
 
     with user_errors():
         try:
-            written = export_checkpoint(config, checkpoint=checkpoint, out=out)
+            written = export_checkpoint(config, checkpoint=checkpoint, out=out, raw_weights=raw_weights,
+                                        report=lambda line: click.echo(line, err=True))
         except CheckpointNotFound as error:
             raise ConfigUsageError(str(error)) from None
     click.echo(json.dumps(written, indent=2, sort_keys=True))

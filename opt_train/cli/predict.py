@@ -4,7 +4,9 @@ import json
 
 import click
 
-from opt_train.cli.common import ConfigUsageError, config_options, import_tensorflow, load, user_errors
+from opt_train.cli.common import (
+    ConfigUsageError, config_options, import_tensorflow, load, raw_weights_option, user_errors,
+)
 
 
 @click.command()
@@ -17,7 +19,8 @@ from opt_train.cli.common import ConfigUsageError, config_options, import_tensor
                    "and `labels` (your own label values); a .csv gets one `class,label` row per example.")
 @click.option("--checkpoint", type=click.Path(), default=None,
               help="Checkpoint prefix or directory (default: the latest in logdir).")
-def predict(configs, overrides, input_path, output_path, checkpoint):
+@raw_weights_option
+def predict(configs, overrides, input_path, output_path, checkpoint, raw_weights):
     """Predict with a trained model and write the predictions as .npz."""
     config = load(configs, overrides)
     import_tensorflow()
@@ -26,7 +29,8 @@ def predict(configs, overrides, input_path, output_path, checkpoint):
 
     with user_errors():
         try:
-            written = run_predict(config, input_path, output_path, checkpoint=checkpoint)
+            written = run_predict(config, input_path, output_path, checkpoint=checkpoint, raw_weights=raw_weights,
+                                  report=lambda line: click.echo(line, err=True))
         except (CheckpointNotFound, PredictInputError) as error:
             raise ConfigUsageError(str(error)) from None
     click.echo(json.dumps(written, indent=2, sort_keys=True))

@@ -196,7 +196,14 @@ MLFLOW_SPEC = {
 
 
 def _mlflow(name, value):
-    return p.check_params(MLFLOW_SPEC, {} if value is None else p.mapping(name, value), "tracking.mlflow")
+    params = {} if value is None else p.mapping(name, value)
+    try:
+        return p.check_params(MLFLOW_SPEC, params, "tracking.mlflow")
+    except ParamError as error:
+        # The caller joins only its own key (`tracking`) to the parameter: a key of this
+        # block must keep `mlflow` in front, so the report names `tracking.mlflow.uri`.
+        error.param = f"{name}.{error.param}"
+        raise
 
 
 TRACKING_SPEC = {"mlflow": p.Param(None, p.optional(_mlflow), "log the run to MLflow (extra `mlflow`)")}

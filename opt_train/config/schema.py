@@ -106,7 +106,9 @@ class TrainConfig:
         "what a step with inf/NaN gradients does", feeds="on_nonfinite")
     max_consecutive_overflows: int | None = key(
         names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT, names.MAX_CONSECUTIVE_OVERFLOWS, "int ≥ 1 or null",
-        "stop after this many skipped steps in a row (null: never, when skipped updates count)",
+        "stop (exit 1) after this many skipped updates in a row; null: 20 under the default "
+        "`count_skipped_updates: false`, no limit with `count_skipped_updates: true` "
+        "([details](gradient-pipeline.md#on_nonfinite-max_consecutive_overflows))",
         run=False, feeds="max_consecutive_overflows")
     count_skipped_updates: bool = key(
         False, names.COUNT_SKIPPED_UPDATES, "bool",

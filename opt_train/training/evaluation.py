@@ -14,6 +14,57 @@ def uses_ema(optimizer):
     return bool(getattr(optimizer, "use_ema", False))
 
 
+def weights_note(averaged):
+    """What a line about evaluated or exported weights ends with: ` (EMA weights)` when they are the averages."""
+    return " (EMA weights)" if averaged else ""
+
+
+def restore_run(config, path=None, raw_weights=False, report=None):
+    """The config's run with the weights of checkpoint `path` (None: the newest in logdir that restores).
+
+    For `eval`, `export` and `predict` from a checkpoint. With `use_ema` in
+    `optimizer_params` (and not `raw_weights`) the run has its optimizer too, restored
+    with the moving averages the checkpoint holds beside the raw weights; the caller
+    uses the model under `averaged_weights(optimizer)` or after
+    `finalize_averages(optimizer)`, as the run's own evaluations and export do (Keras's
+    `fit()` ends with `finalize_variable_values`). Without them the optimizer is None.
+    `report(line)` hears each newer checkpoint passed over, with why.
+
+    Returns:
+        `(run, restored_path, optimizer)`.
+    """
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+    from opt_train.training.checkpoints import Checkpoints
+
+    averaged = bool(dict(config.optimizer_params).get("use_ema", False)) and not raw_weights
+    run = build_run(config, get_backend(), with_train_op=averaged)
+    optimizer = run.train_op.optimizer if averaged else None
+    items = {"model": run.model, **({"optimizer": optimizer} if averaged else {})}
+    checkpoints = Checkpoints(config.logdir, items, step=None, max_to_keep=1, writer=False)
+    try:
+        # Every weight of the model (and average, with use_ema) must come from the
+        # checkpoint: a checkpoint of another model must not half-load silently.
+        restored = checkpoints.restore(path, whole=False)
+    except RunRefused as error:
+        if not averaged:
+            raise
+        raise RunRefused(f"{error} (optimizer_params.use_ema: the averaged weights are read from the "
+                         "checkpoint's optimizer state; --raw-weights reads the model's own weights)") from None
+    if report is not None:
+        for note in checkpoints.notes:
+            report(note)
+    return run, restored, optimizer
+
+
+def _average_pairs(optimizer):
+    """`[(variable, its moving average)]` of an optimizer that keeps them (Keras's own pairing); else []."""
+    if not uses_ema(optimizer) or not getattr(optimizer, "built", False):
+        return []
+    return [(variable, average) for variable, average in
+            zip(optimizer._trainable_variables, optimizer._model_variables_moving_average) if average is not None]
+
+
 @contextlib.contextmanager
 def averaged_weights(optimizer):
     """Inside: the trained variables hold the optimizer's moving averages (`use_ema`); after: their own values again.
@@ -22,11 +73,10 @@ def averaged_weights(optimizer):
     that goes on training needs them back, so the raw values are kept and restored.
     The pairs are Keras's own (`_overwrite_model_variables_with_average_value`).
     """
-    if not uses_ema(optimizer) or not getattr(optimizer, "built", False):
+    pairs = _average_pairs(optimizer)
+    if not pairs:
         yield False
         return
-    pairs = [(variable, average) for variable, average in
-             zip(optimizer._trainable_variables, optimizer._model_variables_moving_average) if average is not None]
     raw = [tf.identity(variable) for variable, _ in pairs]
     for variable, average in pairs:
         variable.assign(average)
@@ -35,6 +85,18 @@ def averaged_weights(optimizer):
     finally:
         for (variable, _), value in zip(pairs, raw):
             variable.assign(value)
+
+
+def finalize_averages(optimizer):
+    """The trained variables take the optimizer's moving averages for good (Keras's `finalize_variable_values`).
+
+    For a model that is only used from here on (`export`, `predict` from a checkpoint).
+    Returns whether there were averages to take.
+    """
+    pairs = _average_pairs(optimizer)
+    for variable, average in pairs:
+        variable.assign(average)
+    return bool(pairs)
 
 
 class Evaluator:
@@ -74,14 +136,14 @@ class Evaluator:
         return self.task.finalize(results)
 
 
-def evaluate(config, checkpoint=None, report=None):
+def evaluate(config, checkpoint=None, report=None, raw_weights=False):
     """Evaluates `checkpoint` (default: the newest in logdir that restores) and returns the metrics.
 
-    `report(line)` hears which checkpoint was evaluated and each newer one passed over, with why.
+    With `use_ema` the averaged weights are evaluated, unless `raw_weights` (see `restore_run`).
+    `report(line)` hears which checkpoint was evaluated, with which weights, and each
+    newer one passed over, with why.
     """
-    from opt_train.distributed import get_backend
-    from opt_train.training.builder import build_run
-    from opt_train.training.checkpoints import Checkpoints, resolve_checkpoint
+    from opt_train.training.checkpoints import resolve_checkpoint
 
     if checkpoint is None and config.restore_best_checkpoint:
         from opt_train.training.controls import best_checkpoint
@@ -93,15 +155,10 @@ def evaluate(config, checkpoint=None, report=None):
     # An unusable argument, or no checkpoint at all, is refused before anything is built.
     found = resolve_checkpoint(checkpoint, config.logdir)
     path = found if checkpoint is not None else None  # None: the newest that restores
-    run = build_run(config, get_backend(), with_train_op=False)
+    run, restored, optimizer = restore_run(config, path, raw_weights, report)
     if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
         raise TrainingFailed(f"{config.data} has no eval split to evaluate on")
-    checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
-    # Every weight of the model must come from the checkpoint: a partial match is refused.
-    restored = checkpoints.restore(path, whole=False)
     if report is not None:
-        for note in checkpoints.notes:
-            report(note)
-        report(f"evaluating {restored}")
-    results = Evaluator(run.model, run.data, jit_compile=config.jit_compile)()
+        report(f"evaluating {restored}{weights_note(uses_ema(optimizer))}")
+    results = Evaluator(run.model, run.data, jit_compile=config.jit_compile, optimizer=optimizer)()
     return {"checkpoint": restored, **{f"eval/{k}": v for k, v in results.items()}}

@@ -102,7 +102,7 @@ def export_at_end(run, say):
     The run's checkpoints are already written, so a failing export is reported through
     `say` instead of failing a run that trained.
     """
-    from opt_train.training.evaluation import averaged_weights
+    from opt_train.training.evaluation import averaged_weights, weights_note
 
     directory = export_dir(run.config)
     try:
@@ -112,8 +112,8 @@ def export_at_end(run, say):
     except (NotImplementedError, TypeError, ValueError) as error:  # e.g. a custom layer without get_config
         say(f"export to {directory} incomplete: {' '.join(str(error).split())[:300]}")
         return None
-    weights = " (EMA weights)" if averaged else ""
-    say(f"exported {os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/{weights}")
+    written = f"{os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/"
+    say(f"exported {written}{weights_note(averaged)}")
     return directory
 
 
@@ -129,8 +129,12 @@ def _replace_directory(path, write):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def restore_model(config, checkpoint=None):
-    """The config's run (no optimizer) with its model's weights from `checkpoint` (default: logdir's latest).
+def restore_model(config, checkpoint=None, raw_weights=False, report=None):
+    """The config's run with its model's weights from `checkpoint` (default: logdir's latest).
+
+    With `use_ema` the model holds the checkpoint's moving averages of the weights (as
+    the run's own export does), unless `raw_weights`; `report(line)` then hears
+    `using the EMA weights of CHECKPOINT`.
 
     Returns:
         `(run, restored_path)`.
@@ -139,15 +143,11 @@ def restore_model(config, checkpoint=None):
         CheckpointNotFound: `checkpoint` names no checkpoint (a prefix, or a directory
             holding some), or the logdir has none.
     """
-    from opt_train.distributed import get_backend
-    from opt_train.training.builder import build_run
-    from opt_train.training.checkpoints import Checkpoints
+    from opt_train.training.evaluation import finalize_averages, restore_run
 
-    path = _checkpoint_path(config, checkpoint)
-    run = build_run(config, get_backend(), with_train_op=False)
-    checkpoints = Checkpoints(config.logdir, {"model": run.model}, step=None, max_to_keep=1, writer=False)
-    # assert_existing_objects_matched: a checkpoint of another architecture must not half-load silently.
-    checkpoints.checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+    run, path, optimizer = restore_run(config, _checkpoint_path(config, checkpoint), raw_weights)
+    if finalize_averages(optimizer) and report is not None:
+        report(f"using the EMA weights of {path}")
     return run, path
 
 
@@ -170,9 +170,12 @@ def _checkpoint_path(config, checkpoint):
     return checkpoint
 
 
-def export_checkpoint(config, checkpoint=None, out=None):
-    """`opt-train export`: the model of `checkpoint` exported to `out` (default logdir/export)."""
-    run, restored = restore_model(config, checkpoint)
+def export_checkpoint(config, checkpoint=None, out=None, raw_weights=False, report=None):
+    """`opt-train export`: the model of `checkpoint` exported to `out` (default logdir/export).
+
+    With `use_ema`: its moving averages of the weights, unless `raw_weights` (see `restore_model`).
+    """
+    run, restored = restore_model(config, checkpoint, raw_weights, report)
     paths = export_model(run.model, run.data.task, out or export_dir(config))
     return {"checkpoint": restored, **paths}
 
@@ -274,21 +277,22 @@ def _plain(array):
     return array
 
 
-def predict(config, input_path, output_path, checkpoint=None):
+def predict(config, input_path, output_path, checkpoint=None, raw_weights=False, report=None):
     """`opt-train predict`: the model of `checkpoint` run over `input_path`'s examples, written to `output_path`.
 
     `input_path` holds raw inputs (the model standardises them as the run did). The .npz
     written holds `outputs` (what the evaluation scores: logits or regression values)
     and, when classifying, `classes` and, with a label vocabulary, `labels` (the
     user's own label values). An `output_path` ending in .csv gets one row per example
-    instead: `class,label` (or the outputs of a regression). Returns `{name: shape}`.
+    instead: `class,label` (or the outputs of a regression). With `use_ema`, the moving
+    averages of the weights predict, unless `raw_weights`. Returns `{name: shape}`.
     """
     import tensorflow as tf
 
     from opt_train.atomic import write_bytes
 
     check_input_path(input_path)  # before the model is built: a typo fails at once
-    run, restored = restore_model(config, checkpoint)
+    run, restored = restore_model(config, checkpoint, raw_weights, report)
     task = run.data.task
     inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"), data_params=config.data_params)
     batch = config.eval_batch_size or config.batch_size_per_gpu

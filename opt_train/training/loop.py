@@ -465,14 +465,15 @@ class Session:
         self._interval_start, self._interval_first = time.perf_counter(), self._position
 
     def _evaluate(self):
+        from opt_train.training.evaluation import weights_note
+
         if self.evaluator is None:
             return
         self.eval_results = self.evaluator()
         self.reporter.eval_summaries(self.step, self.eval_results)
         self.reporter.record({"step": self.step, **{f"eval/{k}": v for k, v in self.eval_results.items()}})
         shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
-        weights = " (EMA weights)" if self.evaluator.uses_ema else ""
-        self.progress.message(f"eval at step {self.step}{weights}: {shown}")
+        self.progress.message(f"eval at step {self.step}{weights_note(self.evaluator.uses_ema)}: {shown}")
 
 
 def _without_flags(result):

@@ -120,6 +120,7 @@ RANGE_CASES = [
     case("eval_fraction_two", OK + "data_params: {eval_fraction: 2}\n", expect="data_params.eval_fraction"),
     case("steps_and_epochs", "max_steps: 2\nnum_epochs: 1\n", expect="[conflict]"),
     case("horovod_and_tf", OK + "use_horovod: true\ndistributed: tf\n", expect="distributed"),
+    case("mlflow_uri_not_string", OK + "tracking:\n  mlflow:\n    uri: 5\n", expect="config.yaml:4: tracking.mlflow.uri: "),
     case("neither_steps_nor_epochs", "logdir: x\n", expect="[missing]"),
 ]
 

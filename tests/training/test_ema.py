@@ -59,3 +59,58 @@ def test_resume_is_exact_with_ema(cli, write_config, tmp_path):
     resumed = _checkpoints(tmp_path / "legs")[4]
     for name in RAW + AVERAGES:
         assert whole.get_tensor(name).tobytes() == resumed.get_tensor(name).tobytes(), name
+
+
+def _numpy_average(readers, last):
+    """Keras's EMA of the raw weights of checkpoints 1..last: the first copies, then m * a + (1 - m) * w."""
+    average = None
+    for step in range(1, last + 1):
+        raw = [readers[step].get_tensor(name) for name in RAW]
+        average = raw if average is None else [MOMENTUM * a + (1 - MOMENTUM) * w for a, w in zip(average, raw)]
+    return average
+
+
+@pytest.mark.slow
+def test_eval_and_export_from_a_checkpoint_use_the_average_unless_raw_weights_is_asked(cli, write_config, tmp_path):
+    import json
+
+    import keras
+
+    config = write_config(RUN)
+    assert cli("train", "--config", config).exit_code == 0
+    logdir = tmp_path / "run"
+    readers = _checkpoints(logdir)
+
+    def exported(*args):
+        out = tmp_path / "-".join(["out", *(a.lstrip("-").replace("/", "_") for a in map(str, args))])
+        result = cli("export", "--config", config, "--out", out, *args)
+        assert result.exit_code == 0, result.output
+        return result, keras.saving.load_model(out / "model.keras").get_weights()
+
+    # The latest checkpoint: the very weights the end-of-run export shipped, bit for bit.
+    result, latest = exported()
+    at_end = keras.saving.load_model(logdir / "export" / "model.keras").get_weights()
+    assert [w.tobytes() for w in latest] == [w.tobytes() for w in at_end]
+    assert json.loads(result.stdout)["checkpoint"] == str(logdir / "checkpoints" / "ckpt-4")
+    assert f"using the EMA weights of {logdir / 'checkpoints' / 'ckpt-4'}" in result.stderr
+    # A checkpoint from the middle of the run (as an interrupted run leaves): the average so far.
+    _, middle = exported("--checkpoint", logdir / "checkpoints" / "ckpt-2")
+    for expected, got in zip(_numpy_average(readers, 2), middle):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(middle[0], readers[2].get_tensor(RAW[0]))
+    # --raw-weights: the trained weights themselves, and no EMA line.
+    result, raw = exported("--raw-weights")
+    assert "EMA" not in result.stderr
+    assert [w.tobytes() for w in raw] == [readers[4].get_tensor(name).tobytes() for name in RAW]
+
+    # eval: the same figures as the run's own evaluation of step 4, which used the averages.
+    result = cli("eval", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert f"evaluating {logdir / 'checkpoints' / 'ckpt-4'} (EMA weights)" in result.stderr
+    in_run = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    in_run = next(record for record in in_run if record.get("step") == 4 and "eval/loss" in record)
+    assert json.loads(result.stdout)["eval/loss"] == in_run["eval/loss"]
+    raw_eval = cli("eval", "--config", config, "--raw-weights")
+    assert raw_eval.exit_code == 0, raw_eval.output
+    assert "EMA" not in raw_eval.stderr
+    assert json.loads(raw_eval.stdout)["eval/loss"] != in_run["eval/loss"]
