@@ -33,9 +33,9 @@ CONFIG = REPO / "configs" / "default.yaml"
 TARGETS = {"replicas_2": 0.9, "workers_2": 0.8}
 
 
-def _train(logdir, *settings, np_=None, timeout=1800):
-    """One `opt-train train --benchmark` process (or `--np` workers); its final metrics."""
-    argv = [sys.executable, "-m", "opt_train", "train", "--config", str(CONFIG), "--benchmark",
+def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG):
+    """One `opt-train train --benchmark` process (or `--np` workers) of `config`; its final metrics."""
+    argv = [sys.executable, "-m", "opt_train", "train", "--config", str(config), "--benchmark",
             "--set", f"logdir={logdir}", *[arg for s in settings for arg in ("--set", s)]]
     if np_:
         argv += ["--np", str(np_)]
@@ -58,7 +58,7 @@ def contenders(batch, replicas=(2,), workers=(2,)):
     return found
 
 
-def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=()):
+def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=(), config=CONFIG):
     """{name: [samples/s per round]} with the one-process baseline under "baseline"."""
     common = list(settings)
     races = {"baseline": ([f"batch_size_per_gpu={batch}"], None), **contenders(batch, replicas, workers)}
@@ -67,7 +67,7 @@ def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=()):
         for number in range(rounds):
             for name, (settings, np_) in races.items():
                 logdir = Path(scratch) / f"{name}-{number}"
-                final = _train(logdir, f"max_steps={steps}", *common, *settings, np_=np_)
+                final = _train(logdir, f"max_steps={steps}", *common, *settings, np_=np_, config=config)
                 figures[name].append(final["benchmark/samples_per_sec"])
     return figures
 
@@ -98,17 +98,19 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64, help="the global batch every contender trains on")
     parser.add_argument("--replicas", type=int, nargs="*", default=[2])
     parser.add_argument("--workers", type=int, nargs="*", default=[2])
+    parser.add_argument("--config", default=str(CONFIG), help="the run every contender trains (default: configs/default.yaml)")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         help="a config override for every contender, e.g. model_params.hidden_units=[1024,1024]")
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 1, 30
-    figures = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers, args.settings)
+    figures = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers, args.settings, args.config)
     found = ratios(figures)
     print(report(figures, found))
     results = {"figures": figures, "ratios": found, "targets": TARGETS, "quick": args.quick,
-               "rounds": args.rounds, "steps": args.steps, "global_batch": args.batch, "settings": args.settings}
+               "rounds": args.rounds, "steps": args.steps, "global_batch": args.batch, "config": args.config,
+               "settings": args.settings}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

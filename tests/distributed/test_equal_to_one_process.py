@@ -117,3 +117,6 @@ def test_a_number_reduced_across_processes_is_every_processs(distributed_runs):
         scalars = read_json(distributed_runs.outdir / f"scalars_rank{rank}.json")
         assert scalars.pop("float_sum") == pytest.approx(0.75, rel=0, abs=1e-12)
         assert scalars == {f"{op}_{round_}": value for round_ in range(3) for op, value in expected.items()}
+    # One traced collective: an eager `strategy.gather` per call made TensorFlow warn that
+    # CollectiveAllReduce._batch_all_gather retraced at every call past the fifth.
+    assert [line for line in distributed_runs.output.splitlines() if "retracing" in line and "gather" in line] == []

@@ -83,9 +83,6 @@ def test_two_workers_equal_one_process_on_the_doubled_batch(tmp_path):
     assert job.returncode == 0, output[-4000:]
     assert "global batch 32" in job.stdout
     assert "[worker 1] step" not in job.stdout  # progress from worker 0 alone
-    # The numbers the loop reduces across workers (signals, losses) go through one traced
-    # collective: built per eager call, TensorFlow warned of retracing.
-    assert [line for line in output.splitlines() if "retracing" in line] == []
     job, output = run(opt_train("train", "--config", config, "--set", "batch_size_per_gpu=32",
                                 "--set", f"logdir={tmp_path / 'one'}"))
     assert job.returncode == 0, output[-4000:]
