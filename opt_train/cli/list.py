@@ -17,9 +17,9 @@ def list_command(topic):
 
 
 def _optimizers():
-    from opt_train.optimizers import registry
+    from opt_train.optimizers import table
 
-    for name, family, params in registry.describe():
+    for name, family, params in table.describe():
         yield f"{name:<26} [{family}] {_params(params)}"
 
 

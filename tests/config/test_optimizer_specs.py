@@ -8,23 +8,24 @@ import pytest
 
 from opt_train.errors import ParamError
 from opt_train.optimizers import registry, specs
+from opt_train.optimizers import classes, table
 
 pytest.importorskip("tensorflow")
 
 
 def signature_defaults(cls):
     """{parameter: default} of the constructor, through **kwargs up to Keras' base."""
-    found = registry.signature_params(cls)
+    found = classes.signature_params(cls)
     return {
         name: ("required" if default is inspect.Parameter.empty else default)
         for name, default in found.items()
-        if name not in registry.PYTHON_ONLY_PARAMETERS
+        if name not in table.PYTHON_ONLY_PARAMETERS
     }
 
 
-@pytest.mark.parametrize("name", registry.OPTIMIZER_NAMES)
+@pytest.mark.parametrize("name", table.OPTIMIZER_NAMES)
 def test_table_names_and_defaults_are_the_constructors(name):
-    cls = registry.OPTIMIZER_CLS_NAMES[name]
+    cls = classes.OPTIMIZER_CLS_NAMES[name]
     table = specs.spec(name)
     expected = signature_defaults(cls)
     if name == "Momentum":
@@ -46,10 +47,10 @@ def _bad_value(param):
     return None
 
 
-@pytest.mark.parametrize("name", registry.OPTIMIZER_NAMES)
+@pytest.mark.parametrize("name", table.OPTIMIZER_NAMES)
 def test_each_constructor_refuses_what_the_table_refuses(name):
-    cls = registry.OPTIMIZER_CLS_NAMES[name]
-    table = specs.OPTIMIZER_PARAMS[name]
+    cls = classes.OPTIMIZER_CLS_NAMES[name]
+    table = table.OPTIMIZER_PARAMS[name]
     base = {key: 0.1 for key, param in table.items() if param.required}
     if name == "Momentum":
         base["momentum"] = 0.9
@@ -76,7 +77,7 @@ def _code(param, key, value):
 
 def test_required_momentum_given_as_none_is_missing():
     with pytest.raises(ParamError, match=r"`momentum` is required.*Received: momentum=None") as caught:
-        registry.OPTIMIZER_CLS_NAMES["Momentum"](learning_rate=0.1)
+        classes.OPTIMIZER_CLS_NAMES["Momentum"](learning_rate=0.1)
     assert caught.value.code == "missing"
 
 
