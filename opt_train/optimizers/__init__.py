@@ -13,7 +13,7 @@ _EXPORTS = {
     "OPTIMIZER_NAMES": "table:OPTIMIZER_NAMES",
     "OPTIMIZER_CLS_NAMES": "classes:OPTIMIZER_CLS_NAMES",
     "resolve": "table:resolve",
-    "check_params": "registry:check_params",
+    "check_params": "construct:check_params",
     "describe": "table:describe",
     "get": "registry:get",
     "serialize": "serialization:serialize",

@@ -10,7 +10,7 @@ from opt_train.optimizers.classes import (
     get_class,
     wrapped_keras_class,
 )
-from opt_train.optimizers.registry import instantiate
+from opt_train.optimizers.construct import instantiate
 from opt_train.optimizers.table import PIPELINE_ARGUMENTS, TABLE
 
 

@@ -19,7 +19,6 @@ from opt_train.lr_policies.params import POLICY_PARAMS, WARMUP_PARAMS
 from opt_train.models import registry as model_registry
 from opt_train.optimizers import names, specs
 from opt_train.optimizers import table as optimizer_table
-from opt_train.optimizers import registry as optimizer_registry
 from opt_train.suggest import UnknownNameError
 
 BAD_VALUES = ["x", "", True, -1, -2.5, 0, 10**9, float("nan"), float("inf"), [], [0], ["a"], {}, {"a": 1}]
@@ -175,7 +174,8 @@ def test_an_error_at_a_full_key_is_one_constructor():
 RULE_MODULES = [
     "params.py", "suggest.py", "errors.py",
     "optimizers/names.py", "optimizers/table.py", "optimizers/specs.py", "optimizers/registry.py",
-    "optimizers/classes.py", "optimizers/serialization.py", "optimizers/freezing.py",
+    "optimizers/classes.py", "optimizers/construct.py", "optimizers/serialization.py",
+    "optimizers/freezing.py",
     "lr_policies/params.py", "lr_policies/registry.py", "lr_policies/factory.py",
     "data/params.py", "data/registry.py", "models/registry.py",
     "config/rules.py", "config/validate.py", "config/registries.py", "config/schema.py",

@@ -6,7 +6,7 @@ import sys
 import keras
 import pytest
 
-from opt_train.optimizers import classes, registry, serialization, table
+from opt_train.optimizers import classes, construct, registry, serialization, table
 from opt_train.optimizers.adagrad_da import AdagradDA
 from opt_train.optimizers.keras_family import SGD, KerasAdam, KerasRMSprop
 from opt_train.optimizers.momentum import Momentum
@@ -98,7 +98,7 @@ def test_pipeline_arguments_point_to_the_config_key(argument, replacement):
 
 
 def test_check_params_returns_the_class_spelling():
-    assert registry.check_params("SGD", {"use_nesterov": True, "lr": 0.1}) == {
+    assert construct.check_params("SGD", {"use_nesterov": True, "lr": 0.1}) == {
         "nesterov": True, "learning_rate": 0.1}
 
 
