@@ -140,7 +140,7 @@ def own(name, family, location, params):
     return Row(name, family, location, {**params, "use_locking": USE_LOCKING})
 
 
-def keras(name, keras_class, slots, params):
+def keras_builtin(name, keras_class, slots, params):
     """The row of a Keras 3 built-in, wrapped with the TF1 API in `keras_family.py` (Keras' defaults)."""
     return Row(name, "keras", f"keras_family:{name}", dict(params), keras_class=keras_class, slots=dict(slots))
 
@@ -186,18 +186,18 @@ ROWS = (
         "centered": Param(False, _BOOL),
     }),
     # Keras 3's classes, wrapped; TF1 names win a clash, so Keras's Adam & co. take a "Keras" prefix.
-    keras("SGD", "SGD", {"momentum": "momentums"},
+    keras_builtin("SGD", "SGD", {"momentum": "momentums"},
           {"learning_rate": _lr(0.01), "momentum": Param(0.0, p.UNIT), "nesterov": Param(False, _BOOL)}),
-    keras("Adamax", "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
-    keras("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
-    keras("AdamW", "AdamW", _ADAM_SLOTS, {
+    keras_builtin("Adamax", "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
+    keras_builtin("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
+    keras_builtin("AdamW", "AdamW", _ADAM_SLOTS, {
         "learning_rate": _lr(0.001),
         "weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
         **_ADAM,
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "amsgrad": Param(False, _BOOL),
     }),
-    keras("Adafactor", "Adafactor", {"r": "_r", "c": "_c", "v": "_v"}, {
+    keras_builtin("Adafactor", "Adafactor", {"r": "_r", "c": "_c", "v": "_v"}, {
         "learning_rate": _lr(0.001),
         "beta_2_decay": Param(-0.8, p.ANY_NUMBER),
         "epsilon_1": Param(1e-30, p.NON_NEGATIVE_FLOAT),
@@ -205,13 +205,13 @@ ROWS = (
         "clip_threshold": Param(1.0, p.NON_NEGATIVE_FLOAT),
         "relative_step": Param(True, _BOOL),
     }),
-    keras("Lion", "Lion", {"m": "_momentums"}, {
+    keras_builtin("Lion", "Lion", {"m": "_momentums"}, {
         "learning_rate": _lr(0.001),
         "beta_1": Param(0.9, p.number(0, 1, low_open=True, interval=True)),
         "beta_2": Param(0.99, p.FRACTION),
     }),
-    keras("Lamb", "Lamb", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
-    keras("Muon", "Muon", {"momentum": "momentums", "v": "adam_velocities"}, {
+    keras_builtin("Lamb", "Lamb", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
+    keras_builtin("Muon", "Muon", {"momentum": "momentums", "v": "adam_velocities"}, {
         "learning_rate": _lr(0.001),
         "adam_beta_1": Param(0.9, p.FRACTION),
         "adam_beta_2": Param(0.999, p.FRACTION),
@@ -229,25 +229,28 @@ ROWS = (
         "nesterov": Param(True, _BOOL),
         "rms_rate": Param(0.2, p.optional(p.NON_NEGATIVE_FLOAT)),
     }),
-    keras("ScheduleFreeAdamW", "ScheduleFreeAdamW", {"z": "_momentums", "v": "_velocities"}, {
+    keras_builtin("ScheduleFreeAdamW", "ScheduleFreeAdamW", {"z": "_momentums", "v": "_velocities"}, {
         "learning_rate": _lr(0.0025),
         **_ADAM,
         "epsilon": Param(1e-8, p.NON_NEGATIVE_FLOAT),
         "warmup_steps": Param(0, p.integer(0)),
     }),
-    keras("KerasAdam", "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)}),
-    keras("KerasAdagrad", "Adagrad", {"accumulator": "_accumulators"}, {
+    keras_builtin("KerasAdam", "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)}),
+    keras_builtin("KerasAdagrad", "Adagrad", {"accumulator": "_accumulators"}, {
         "learning_rate": _lr(0.001),
         "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE_FLOAT),
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     }),
-    keras("KerasAdadelta", "Adadelta", {"accum": "_accumulated_grads", "accum_update": "_accumulated_delta_vars"}, {
+    keras_builtin("KerasAdadelta", "Adadelta",
+                  {"accum": "_accumulated_grads", "accum_update": "_accumulated_delta_vars"}, {
         "learning_rate": _lr(0.001),
         "rho": Param(0.95, p.UNIT),
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     }),
-    keras("KerasFtrl", "Ftrl", {"accum": "_accumulators", "linear": "_linears"}, {"learning_rate": _lr(0.001), **_FTRL}),
-    keras("KerasRMSprop", "RMSprop", {"rms": "_velocities", "momentum": "_momentums", "mg": "_average_gradients"}, {
+    keras_builtin("KerasFtrl", "Ftrl", {"accum": "_accumulators", "linear": "_linears"},
+                  {"learning_rate": _lr(0.001), **_FTRL}),
+    keras_builtin("KerasRMSprop", "RMSprop",
+                  {"rms": "_velocities", "momentum": "_momentums", "mg": "_average_gradients"}, {
         "learning_rate": _lr(0.001),
         "rho": Param(0.9, p.UNIT),
         "momentum": Param(0.0, p.NON_NEGATIVE_FLOAT),
