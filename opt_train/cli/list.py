@@ -31,9 +31,9 @@ def _keys():
 
 
 def _optimizers():
-    from opt_train.optimizers import registry
+    from opt_train.optimizers import table
 
-    for name, family, params in registry.describe():
+    for name, family, params in table.describe():
         yield f"{name:<26} [{family}] {_params(params)}"
 
 

@@ -322,10 +322,10 @@ def optimizer_block(step):
 
 def resolved(name):
     """The optimizer registry's display name for `name`, or `name` for the validator to report."""
-    from opt_train.optimizers import registry
+    from opt_train.optimizers import table
 
     try:
-        return registry.resolve(name)
+        return table.resolve(name)
     except ValueError:
         return name
 
@@ -373,7 +373,7 @@ def names_with_prefixes(step):
     """`tf.train.MomentumOptimizer`, `open_seq2seq.optimizers.novograd.NovoGrad`,
     `open_seq2seq.optimizers.lr_policies.poly_decay`: opt-train's own class or policy."""
     from opt_train.lr_policies import registry as policies
-    from opt_train.optimizers import registry as optimizers
+    from opt_train.optimizers import table as optimizers
 
     for key, registry in (("optimizer", optimizers), ("lr_policy", policies)):
         value = step.data.get(key)

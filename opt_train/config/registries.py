@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = {
-    "optimizer": "opt_train.optimizers.registry",
+    "optimizer": "opt_train.optimizers.table",
     "optimizer_params": "opt_train.optimizers.specs",
     "lr_policy": "opt_train.lr_policies.registry",
     "model": "opt_train.models.registry",

@@ -1,4 +1,4 @@
-"""opt-train's optimizers: the registry (`get`, `OPTIMIZER_CLS_NAMES`) and the gradient pipeline.
+"""opt-train's optimizers: the table, the registry (`get`, `OPTIMIZER_CLS_NAMES`) and the gradient pipeline.
 
 Every export is loaded on first use (module `__getattr__`), so importing this
 package does not import TensorFlow. To export something new, add one line to
@@ -10,14 +10,14 @@ from __future__ import annotations
 from opt_train.lazy import lazy_exports
 
 _EXPORTS = {
-    "OPTIMIZER_NAMES": "registry:OPTIMIZER_NAMES",
-    "OPTIMIZER_CLS_NAMES": "registry:OPTIMIZER_CLS_NAMES",
-    "resolve": "registry:resolve",
-    "check_params": "registry:check_params",
-    "describe": "registry:describe",
+    "OPTIMIZER_NAMES": "table:OPTIMIZER_NAMES",
+    "OPTIMIZER_CLS_NAMES": "classes:OPTIMIZER_CLS_NAMES",
+    "resolve": "table:resolve",
+    "check_params": "construct:check_params",
+    "describe": "table:describe",
     "get": "registry:get",
-    "serialize": "registry:serialize",
-    "deserialize": "registry:deserialize",
+    "serialize": "serialization:serialize",
+    "deserialize": "serialization:deserialize",
     "Optimizer": "base:Optimizer",
     "BaseCustomOptimizer": "custom:BaseCustomOptimizer",
     "optimize_loss": "pipeline:optimize_loss",

@@ -31,7 +31,8 @@ import keras
 import tensorflow as tf
 
 from opt_train import params
-from opt_train.optimizers.specs import USE_LOCKING, base_args
+from opt_train.optimizers.specs import base_args, check_args
+from opt_train.optimizers.table import USE_LOCKING, row_of_class
 
 # `keras.saving` names opt-train's optimizers "opt_train>Name".
 KERAS_PACKAGE = "opt_train"
@@ -50,7 +51,7 @@ def keras_serializable(cls):
 def check_range(name, value, low=None, high=None, low_open=False, high_open=False):
     """For a user's optimizer subclass: a `ParamError` when `value` is outside the interval.
 
-    opt-train's own optimizers check with their table in `opt_train.optimizers.specs`.
+    opt-train's own optimizers check with their row of `opt_train.optimizers.table`.
     Example message: "`beta_1` must be in [0, 1). Received: beta_1=1.5".
     """
     if callable(value) or tf.is_tensor(value) or isinstance(value, tf.Variable):
@@ -297,8 +298,12 @@ class Optimizer(TF1OptimizerAPI, keras.optimizers.Optimizer):
     sum_duplicate_indices = True
 
     def __init__(self, learning_rate, name=None, use_locking=False, **kwargs):
-        # Keras' base arguments, by their table (iter_size and loss_scaling are the
+        # The learning rate by the class's row (subclasses check their other arguments);
+        # Keras' base arguments by their table (iter_size and loss_scaling are the
         # pipeline's: Keras's twins would do it twice).
+        row = row_of_class(type(self))
+        if row is not None:
+            check_args(row.name, learning_rate=learning_rate)
         base_args(kwargs)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.use_locking = USE_LOCKING.rule("use_locking", use_locking)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from opt_train.optimizers.base import Optimizer, gather_rows, keras_serializable
-from opt_train.optimizers.specs import RETURNN_LEARNING_RATE, check_args
+from opt_train.optimizers.specs import check_args
+from opt_train.optimizers.table import RETURNN_LEARNING_RATE
 
 
 @keras_serializable

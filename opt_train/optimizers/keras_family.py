@@ -7,9 +7,10 @@ slot names after `build` so `get_slot(var, "m")` works, and rejects
 `gradient_accumulation_steps` / `loss_scale_factor`, which opt-train's
 gradient pipeline replaces (`iter_size`, `loss_scaling`).
 
-Keras's `Adam`, `Adagrad`, `Adadelta`, `Ftrl` and `RMSprop` are registered as
-`KerasAdam`, `KerasAdagrad`, `KerasAdadelta`, `KerasFtrl` and `KerasRMSprop`:
-the plain names belong to the TF1-form classes.
+Which Keras classes are wrapped, under which names, with which slots, is the
+Keras rows of the optimizer table (`table.py`): Keras's `Adam`, `Adagrad`, ...
+are registered as `KerasAdam`, `KerasAdagrad`, ...: the plain names belong to the
+TF1-form classes.
 """
 
 from __future__ import annotations
@@ -22,36 +23,14 @@ import tensorflow as tf
 
 from opt_train.optimizers.base import TF1OptimizerAPI, keras_serializable
 from opt_train.errors import ParamError
-from opt_train.optimizers.specs import OPTIMIZER_PARAMS, base_args, check_args
+from opt_train.optimizers.specs import base_args, check_args
+from opt_train.optimizers.table import OPTIMIZER_PARAMS, ROWS
 
 
-_ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
-
-# display name -> (Keras class, {TF1-style slot name: attribute holding the Keras slot list})
+# display name -> (Keras class, {TF1-style slot name: attribute holding the Keras slot list}),
+# from the table's Keras rows.
 KERAS_CLASSES = {
-    "SGD": (keras.optimizers.SGD, {"momentum": "momentums"}),
-    "Adamax": (keras.optimizers.Adamax, {"m": "_m", "u": "_u"}),
-    "Nadam": (keras.optimizers.Nadam, {"m": "_momentums", "v": "_velocities"}),
-    "AdamW": (keras.optimizers.AdamW, _ADAM_SLOTS),
-    "Adafactor": (keras.optimizers.Adafactor, {"r": "_r", "c": "_c", "v": "_v"}),
-    "Lion": (keras.optimizers.Lion, {"m": "_momentums"}),
-    "Lamb": (keras.optimizers.Lamb, {"m": "_momentums", "v": "_velocities"}),
-    "Muon": (keras.optimizers.Muon, {"momentum": "momentums", "v": "adam_velocities"}),
-    "ScheduleFreeAdamW": (
-        keras.optimizers.ScheduleFreeAdamW,
-        {"z": "_momentums", "v": "_velocities"},
-    ),
-    "KerasAdam": (keras.optimizers.Adam, _ADAM_SLOTS),
-    "KerasAdagrad": (keras.optimizers.Adagrad, {"accumulator": "_accumulators"}),
-    "KerasAdadelta": (
-        keras.optimizers.Adadelta,
-        {"accum": "_accumulated_grads", "accum_update": "_accumulated_delta_vars"},
-    ),
-    "KerasFtrl": (keras.optimizers.Ftrl, {"accum": "_accumulators", "linear": "_linears"}),
-    "KerasRMSprop": (
-        keras.optimizers.RMSprop,
-        {"rms": "_velocities", "momentum": "_momentums", "mg": "_average_gradients"},
-    ),
+    row.name: (getattr(keras.optimizers, row.keras_class), row.slots) for row in ROWS if row.family == "keras"
 }
 
 
@@ -133,11 +112,8 @@ class KerasFamilyMixin(TF1OptimizerAPI):
         given = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments
         given.update(given.pop("kwargs", {}))
         own = OPTIMIZER_PARAMS[self._registry_name]
-        # Keras owns `learning_rate` (a float, a schedule or a variable from `from_config`).
         try:
-            check_args(
-                self._registry_name, **{k: v for k, v in given.items() if k in own and k != "learning_rate"}
-            )
+            check_args(self._registry_name, **{k: v for k, v in given.items() if k in own})
             base_args({k: v for k, v in given.items() if k not in own})
         except ParamError as error:
             raise _in_keras_words(type(self), error, given) from None

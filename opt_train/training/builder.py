@@ -188,9 +188,9 @@ def learning_rate_schedule(config, max_steps, updates_per_epoch, *, constant_as_
 
 def _default_learning_rate(optimizer_name):
     """The optimizer class's own default, for a policy given no base rate."""
-    from opt_train.optimizers import registry
+    from opt_train.optimizers import classes
 
-    cls = registry.get_class(optimizer_name)
+    cls = classes.get_class(optimizer_name)
     default = inspect.signature(cls).parameters.get("learning_rate")
     if default is None or default.default is inspect.Parameter.empty:
         raise ParamError(

@@ -89,7 +89,7 @@ def test_train_end_to_end_per_model(cli, write_config, tmp_path, model, data, mo
 
 def test_list_shows_every_name_with_parameters_and_defaults(cli):
     from opt_train.lr_policies.registry import POLICY_NAMES
-    from opt_train.optimizers.registry import OPTIMIZER_NAMES
+    from opt_train.optimizers.table import OPTIMIZER_NAMES
 
     result = cli("list")
     assert result.exit_code == 0, result.output

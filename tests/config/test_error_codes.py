@@ -18,7 +18,7 @@ from opt_train.lr_policies import registry as lr_registry
 from opt_train.lr_policies.params import POLICY_PARAMS, WARMUP_PARAMS
 from opt_train.models import registry as model_registry
 from opt_train.optimizers import names, specs
-from opt_train.optimizers import registry as optimizer_registry
+from opt_train.optimizers import table as optimizer_table
 from opt_train.suggest import UnknownNameError
 
 BAD_VALUES = ["x", "", True, -1, -2.5, 0, 10**9, float("nan"), float("inf"), [], [0], ["a"], {}, {"a": 1}]
@@ -30,8 +30,8 @@ TABLES = {
     "warmup": WARMUP_PARAMS,
     **{f"loss scaler {name}": spec for name, spec in names.LOSS_SCALER_PARAMS.items()},
     "larc_params": names.LARC_SPEC,
-    "optimizer base": specs.BASE_PARAMS,
-    **{f"optimizer {name}": spec for name, spec in specs.OPTIMIZER_PARAMS.items()},
+    "optimizer base": optimizer_table.BASE_PARAMS,
+    **{f"optimizer {name}": spec for name, spec in optimizer_table.OPTIMIZER_PARAMS.items()},
 }
 
 
@@ -70,7 +70,7 @@ def test_defaults_pass_their_own_rules(table):
         data_registry.resolve,
         model_registry.resolve,
         lr_registry.resolve,
-        optimizer_registry.resolve,
+        optimizer_table.resolve,
         names.resolve_loss_scaler,
         names.check_dtype,
         names.check_on_nonfinite,
@@ -173,7 +173,9 @@ def test_an_error_at_a_full_key_is_one_constructor():
 # The TF-free modules where every check lives: none may raise a bare ValueError.
 RULE_MODULES = [
     "params.py", "suggest.py", "errors.py",
-    "optimizers/names.py", "optimizers/specs.py", "optimizers/registry.py", "optimizers/freezing.py",
+    "optimizers/names.py", "optimizers/table.py", "optimizers/specs.py", "optimizers/registry.py",
+    "optimizers/classes.py", "optimizers/construct.py", "optimizers/serialization.py",
+    "optimizers/freezing.py",
     "lr_policies/params.py", "lr_policies/registry.py", "lr_policies/factory.py",
     "data/params.py", "data/registry.py", "models/registry.py",
     "config/rules.py", "config/validate.py", "config/registries.py", "config/schema.py",
@@ -195,6 +197,6 @@ def test_no_check_raises_an_error_without_a_code(module):
 
 
 def test_the_optimizer_table_lists_exactly_the_registered_optimizers():
-    assert list(specs.OPTIMIZER_PARAMS) == list(optimizer_registry.OPTIMIZER_NAMES) or set(
-        specs.OPTIMIZER_PARAMS
-    ) == set(optimizer_registry.OPTIMIZER_NAMES)
+    assert list(optimizer_table.OPTIMIZER_PARAMS) == list(optimizer_table.OPTIMIZER_NAMES) or set(
+        optimizer_table.OPTIMIZER_PARAMS
+    ) == set(optimizer_table.OPTIMIZER_NAMES)

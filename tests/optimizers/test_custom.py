@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 from parity import REQUIRED, assert_defaults, assert_parity
 
-from opt_train.optimizers import registry
+from opt_train.optimizers import classes, registry, table
 from opt_train.optimizers.amsgrad import AMSGrad
 from opt_train.optimizers.custom import BaseCustomOptimizer, CustomAdam, CustomGradientDescent
 from opt_train.optimizers.grad_variance_scaled import GradVarianceScaled
@@ -351,8 +351,8 @@ def test_xla_compiled_dense_step_equals_eager(cls):
 
 @pytest.mark.parametrize("cls", RETURNN_FAMILY)
 def test_registry_names_the_family(cls):
-    assert registry.get_class(cls.__name__) is cls
-    assert registry.family_of(cls.__name__ + "Optimizer") == "returnn"
+    assert classes.get_class(cls.__name__) is cls
+    assert table.family_of(cls.__name__ + "Optimizer") == "returnn"
 
 
 # -- the documented example user optimizer -----------------------------------

@@ -101,9 +101,10 @@ def test_separate_ops_match_tf1_where_no_kernel_runs(name, monkeypatch):
 
 
 def test_proximal_adagrad_takes_a_zero_learning_rate_its_kernel_refuses():
-    # A warm-up starts at lr = 0; TF's CPU kernel raises on lr <= 0, the ops do not.
+    # A warm-up starts at lr = 0; TF's CPU kernel raises on lr <= 0, the ops do not. The rate
+    # arrives from a schedule (a constant 0.0 is refused, as in YAML: `learning_rate` must be > 0).
     var = tf.Variable([1.0, -2.0])
-    optimizer = adagrad.ProximalAdagrad(0.0, 0.1, 0.01, 0.02)
+    optimizer = adagrad.ProximalAdagrad(lambda: 0.0, 0.1, 0.01, 0.02)
     optimizer.apply_gradients([(tf.constant([0.5, 0.25]), var)])
     np.testing.assert_array_equal(var.numpy(), [1.0, -2.0])
     accumulator = optimizer.get_slot(var, "accumulator")

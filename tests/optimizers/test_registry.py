@@ -1,4 +1,4 @@
-"""Tests for the optimizer registry: names, parameter spellings, get / serialize / deserialize."""
+"""Tests for the optimizer registry: names (`table`), classes, parameter spellings, `get`, serialisation."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import keras
 import pytest
 
-from opt_train.optimizers import registry
+from opt_train.optimizers import classes, construct, registry, serialization, table
 from opt_train.optimizers.adagrad_da import AdagradDA
 from opt_train.optimizers.keras_family import SGD, KerasAdam, KerasRMSprop
 from opt_train.optimizers.momentum import Momentum
@@ -15,8 +15,9 @@ from opt_train.suggest import UnknownNameError
 
 def test_import_does_not_load_tensorflow():
     code = (
-        "import sys, opt_train.optimizers, opt_train.optimizers.registry as r;"
-        "r.resolve('adam'); r.OPTIMIZER_NAMES;"
+        "import sys, opt_train.optimizers, opt_train.optimizers.registry, opt_train.optimizers.serialization;"
+        "import opt_train.optimizers.table as t, opt_train.optimizers.classes as c;"
+        "t.resolve('adam'); t.OPTIMIZER_NAMES; t.describe(); 'Adam' in c.OPTIMIZER_CLS_NAMES;"
         "print('tensorflow' in sys.modules or 'keras' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -29,12 +30,12 @@ def test_import_does_not_load_tensorflow():
     ("adagrad-da", "AdagradDA"), ("sgd", "SGD"),
 ])
 def test_resolve_is_case_insensitive_and_allows_the_suffix(spelling, name):
-    assert registry.resolve(spelling) == name
+    assert table.resolve(spelling) == name
 
 
 def test_unknown_name_suggests_the_closest():
     with pytest.raises(UnknownNameError) as info:
-        registry.resolve("Momentun")
+        table.resolve("Momentun")
     assert info.value.suggestion == "Momentum"
     assert "did you mean 'Momentum'" in str(info.value)
 
@@ -46,18 +47,18 @@ def test_sync_replicas_names_its_replacement(name):
 
 
 def test_every_registered_name_imports_its_class():
-    for name in registry.OPTIMIZER_NAMES:
-        cls = registry.OPTIMIZER_CLS_NAMES[name]
+    for name in table.OPTIMIZER_NAMES:
+        cls = classes.OPTIMIZER_CLS_NAMES[name]
         assert issubclass(cls, keras.optimizers.Optimizer), name
         assert cls.__name__ == name, name
         assert hasattr(cls, "get_slot"), name
 
 
 def test_cls_names_mapping_accepts_any_spelling():
-    assert registry.OPTIMIZER_CLS_NAMES["momentumoptimizer"] is Momentum
-    assert "adagradda" in registry.OPTIMIZER_CLS_NAMES
-    assert "Adamm" not in registry.OPTIMIZER_CLS_NAMES
-    assert len(registry.OPTIMIZER_CLS_NAMES) == len(registry.OPTIMIZER_NAMES)
+    assert classes.OPTIMIZER_CLS_NAMES["momentumoptimizer"] is Momentum
+    assert "adagradda" in classes.OPTIMIZER_CLS_NAMES
+    assert "Adamm" not in classes.OPTIMIZER_CLS_NAMES
+    assert len(classes.OPTIMIZER_CLS_NAMES) == len(table.OPTIMIZER_NAMES)
 
 
 def test_get_builds_with_params():
@@ -97,7 +98,7 @@ def test_pipeline_arguments_point_to_the_config_key(argument, replacement):
 
 
 def test_check_params_returns_the_class_spelling():
-    assert registry.check_params("SGD", {"use_nesterov": True, "lr": 0.1}) == {
+    assert construct.check_params("SGD", {"use_nesterov": True, "lr": 0.1}) == {
         "nesterov": True, "learning_rate": 0.1}
 
 
@@ -129,26 +130,26 @@ def test_exclude_from_weight_decay_is_accepted():
 
 def test_serialize_round_trip_rebuilds_our_class():
     opt = registry.get("Momentum", learning_rate=0.2, momentum=0.7, use_nesterov=True)
-    clone = registry.deserialize(registry.serialize(opt))
+    clone = serialization.deserialize(serialization.serialize(opt))
     assert type(clone) is Momentum
     assert clone.get_config() == opt.get_config()
 
 
 def test_serialize_round_trip_keeps_a_schedule():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
-    clone = registry.deserialize(registry.serialize(registry.get("SGD", learning_rate=schedule)))
+    clone = serialization.deserialize(serialization.serialize(registry.get("SGD", learning_rate=schedule)))
     assert isinstance(clone._learning_rate, keras.optimizers.schedules.ExponentialDecay)
 
 
 def test_deserialize_reads_keras_own_dicts_as_keras_classes():
     config = keras.optimizers.serialize(keras.optimizers.RMSprop(0.1, rho=0.8))
-    clone = registry.deserialize(config)
+    clone = serialization.deserialize(config)
     assert type(clone) is KerasRMSprop and clone.rho == 0.8
 
 
 def test_describe_lists_every_name_with_defaults():
-    rows = {name: (family, params) for name, family, params in registry.describe()}
-    assert set(rows) == set(registry.OPTIMIZER_NAMES)
+    rows = {name: (family, params) for name, family, params in table.describe()}
+    assert set(rows) == set(table.OPTIMIZER_NAMES)
     assert rows["Momentum"] == ("tf1", {"learning_rate": 0.01, "momentum": "required",
                                         "use_nesterov": False})
     assert rows["SGD"][1]["nesterov"] is False

@@ -2,7 +2,7 @@
 
 import pytest
 
-from opt_train.optimizers.registry import OPTIMIZER_NAMES
+from opt_train.optimizers.table import OPTIMIZER_NAMES
 from tests.support import CONFIGS, read_json
 
 # A learning rate that suits each family on this problem in a few dozen updates.

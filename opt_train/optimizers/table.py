@@ -1,0 +1,367 @@
+"""The one optimizer table: each optimizer's name, family, class location and parameters, TF-free.
+
+One `Row` per optimizer. The registry (`classes`, `registry`), the Keras wrappers
+(`keras_family`), `opt-train validate` (`specs.param_errors`), `opt-train list`
+(`describe`), serialisation and every constructor's own checks (`specs.check_args`)
+read it; adding an optimizer is its module and one row here. A class is named as a
+"module:Class" string (module relative to `opt_train.optimizers`) and imported only
+when used, so importing this module does not import TensorFlow.
+
+Keras' base arguments (`weight_decay`, `clipnorm`, ...) are in `BASE_PARAMS`; the
+Keras-family rules follow Keras' own checks where it has them (`SGD.momentum` in
+[0, 1], `Lion.beta_1` in (0, 1], Ftrl's signs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opt_train import params as p
+from opt_train.errors import ParamError
+from opt_train.params import REQUIRED, Param
+from opt_train.suggest import Registry, normalize
+
+PACKAGE = "opt_train.optimizers"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One optimizer: its display name, family, class location and own constructor parameters.
+
+    `location` is "module:Class" relative to `opt_train.optimizers`. A Keras built-in
+    (family "keras") also names the Keras class it wraps (`keras_class`, an attribute of
+    `keras.optimizers`) and its slots for `get_slot` (TF1 slot name -> attribute holding
+    the Keras slot list).
+    """
+
+    name: str
+    family: str
+    location: str
+    params: dict
+    keras_class: str | None = None
+    slots: dict = field(default_factory=dict)
+
+
+# ----- the columns' shared parts -----
+
+# Spellings of one parameter (TF1 / Keras); `get` renames to the one the class takes.
+PARAMETER_ALIASES = (
+    ("beta1", "beta_1"),
+    ("beta2", "beta_2"),
+    ("decay", "rho"),
+    ("use_nesterov", "nesterov"),
+)
+# Always renamed, whatever the class: the short TF / OpenSeq2Seq spelling.
+PARAMETER_RENAMES = {"lr": "learning_rate"}
+# Keras base arguments that duplicate the gradient pipeline -> the config key to use instead.
+PIPELINE_ARGUMENTS = {
+    "gradient_accumulation_steps": "iter_size",
+    "loss_scale_factor": "loss_scaling",
+}
+# Accepted in `optimizer_params` though Keras sets it by method, not constructor.
+POST_INIT_PARAMETERS = ("exclude_from_weight_decay",)
+# Constructor arguments that take Python objects (variables), never a YAML value.
+PYTHON_ONLY_PARAMETERS = ("var_list", "global_step")
+
+# `learning_rate` in YAML: a number > 0 ("1e-3" too); from Python also a schedule.
+LEARNING_RATE = p.number(0, low_open=True, strings=True, schedules=True)
+# RETURNN's custom optimizers accept a rate of 0, as RETURNN did.
+RETURNN_LEARNING_RATE = p.number(0, interval=True, strings=True, schedules=True)
+
+_BOOL = p.boolean
+
+
+def _lr(default, rule=LEARNING_RATE):
+    return Param(default, rule)
+
+
+def _pipeline_argument(replacement):
+    def rule(name, value):
+        if value is not None:
+            raise ParamError(
+                name, "conflict",
+                f"is not offered: opt-train's gradient pipeline does this; set `{replacement}` instead",
+                value,
+                text=f"`{name}` is not offered: opt-train's gradient pipeline does this; set "
+                f"`{replacement}` in the config instead. Received: {name}={value!r}",
+            )
+        return value
+
+    return rule
+
+
+# Keras 3's base `Optimizer` arguments, which every optimizer here forwards.
+BASE_PARAMS = {
+    "weight_decay": Param(None, p.optional(p.NON_NEGATIVE_FLOAT)),
+    "clipnorm": Param(None, p.optional(p.POSITIVE_FLOAT)),
+    "clipvalue": Param(None, p.optional(p.POSITIVE_FLOAT)),
+    "global_clipnorm": Param(None, p.optional(p.POSITIVE_FLOAT)),
+    "use_ema": Param(False, _BOOL),
+    "ema_momentum": Param(0.99, p.UNIT),
+    "ema_overwrite_frequency": Param(None, p.optional(p.integer(1))),
+    "name": Param(None, p.optional(p.string)),
+    # Set by method in Keras (`exclude_from_weight_decay(var_names=...)`); accepted here.
+    "exclude_from_weight_decay": Param(None, p.anything),
+    **{name: Param(None, _pipeline_argument(key)) for name, key in PIPELINE_ARGUMENTS.items()},
+}
+assert set(POST_INIT_PARAMETERS) <= set(BASE_PARAMS)
+
+# opt-train's own classes (on `base.Optimizer`) take TF1's `use_locking`, passed to the
+# fused kernels; the Keras family's constructors do not.
+USE_LOCKING = Param(False, _BOOL)
+# Accepted by every own class, so `opt-train list` does not repeat them per optimizer.
+COMMON_PARAMETERS = ("use_locking",)
+
+_L1_L2 = {
+    "l1_regularization_strength": Param(0.0, p.NON_NEGATIVE_FLOAT),
+    "l2_regularization_strength": Param(0.0, p.NON_NEGATIVE_FLOAT),
+}
+_ADAM = {"beta_1": Param(0.9, p.FRACTION), "beta_2": Param(0.999, p.FRACTION)}
+_TF1_ADAM = {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-8, p.NON_NEGATIVE)}
+_KERAS_ADAM = {"learning_rate": _lr(0.001), **_ADAM, "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT)}
+_FTRL = {
+    "learning_rate_power": Param(-0.5, p.number(None, 0, interval=True)),
+    "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE),
+    "l1_regularization_strength": Param(0.0, p.NON_NEGATIVE),
+    "l2_regularization_strength": Param(0.0, p.NON_NEGATIVE),
+    "l2_shrinkage_regularization_strength": Param(0.0, p.NON_NEGATIVE),
+    "beta": Param(0.0, p.optional(p.NON_NEGATIVE)),
+}
+_RETURNN_ADAM = {
+    "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
+    **_ADAM,
+    "epsilon": Param(1e-8, p.NON_NEGATIVE),
+}
+_ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
+
+
+def own(name, family, location, params):
+    """The row of one of opt-train's own classes (on `base.Optimizer`): its arguments and `use_locking`."""
+    return Row(name, family, location, {**params, "use_locking": USE_LOCKING})
+
+
+def keras_builtin(name, keras_class, slots, params):
+    """The row of a Keras 3 built-in, wrapped with the TF1 API in `keras_family.py` (Keras' defaults)."""
+    return Row(name, "keras", f"keras_family:{name}", dict(params), keras_class=keras_class, slots=dict(slots))
+
+
+# ----- the table -----
+
+ROWS = (
+    # TF1's tf.compat.v1.train optimizers, with TF1's defaults.
+    own("GradientDescent", "tf1", "gradient_descent:GradientDescent", {"learning_rate": _lr(0.01)}),
+    own("ProximalGradientDescent", "tf1", "gradient_descent:ProximalGradientDescent",
+        {"learning_rate": _lr(0.01), **_L1_L2}),
+    own("Momentum", "tf1", "momentum:Momentum", {
+        "learning_rate": _lr(0.01),
+        # TF1's MomentumOptimizer has no default momentum.
+        "momentum": Param(REQUIRED, p.NON_NEGATIVE_FLOAT),
+        "use_nesterov": Param(False, _BOOL),
+    }),
+    own("Adagrad", "tf1", "adagrad:Adagrad",
+        {"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT)}),
+    own("ProximalAdagrad", "tf1", "adagrad:ProximalAdagrad", {
+        "learning_rate": _lr(0.01),
+        "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
+        **_L1_L2,
+    }),
+    own("AdagradDA", "tf1", "adagrad_da:AdagradDA", {
+        "learning_rate": _lr(0.01),
+        "initial_gradient_squared_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
+        **_L1_L2,
+    }),
+    own("Adadelta", "tf1", "adadelta:Adadelta", {
+        "learning_rate": _lr(0.001),
+        "rho": Param(0.95, p.UNIT),
+        "epsilon": Param(1e-8, p.NON_NEGATIVE),
+    }),
+    own("Adam", "tf1", "adam:Adam", _TF1_ADAM),
+    own("LazyAdam", "tf1", "adam:LazyAdam", _TF1_ADAM),
+    own("Ftrl", "tf1", "ftrl:Ftrl", {"learning_rate": _lr(0.01), **_FTRL}),
+    own("RMSProp", "tf1", "rmsprop:RMSProp", {
+        "learning_rate": _lr(0.01),
+        "rho": Param(0.9, p.UNIT),
+        "momentum": Param(0.0, p.NON_NEGATIVE),
+        "epsilon": Param(1e-10, p.NON_NEGATIVE),
+        "centered": Param(False, _BOOL),
+    }),
+    # Keras 3's classes, wrapped; TF1 names win a clash, so Keras's Adam & co. take a "Keras" prefix.
+    keras_builtin("SGD", "SGD", {"momentum": "momentums"},
+          {"learning_rate": _lr(0.01), "momentum": Param(0.0, p.UNIT), "nesterov": Param(False, _BOOL)}),
+    keras_builtin("Adamax", "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
+    keras_builtin("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
+    keras_builtin("AdamW", "AdamW", _ADAM_SLOTS, {
+        "learning_rate": _lr(0.001),
+        "weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
+        **_ADAM,
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
+        "amsgrad": Param(False, _BOOL),
+    }),
+    keras_builtin("Adafactor", "Adafactor", {"r": "_r", "c": "_c", "v": "_v"}, {
+        "learning_rate": _lr(0.001),
+        "beta_2_decay": Param(-0.8, p.ANY_NUMBER),
+        "epsilon_1": Param(1e-30, p.NON_NEGATIVE_FLOAT),
+        "epsilon_2": Param(0.001, p.NON_NEGATIVE_FLOAT),
+        "clip_threshold": Param(1.0, p.NON_NEGATIVE_FLOAT),
+        "relative_step": Param(True, _BOOL),
+    }),
+    keras_builtin("Lion", "Lion", {"m": "_momentums"}, {
+        "learning_rate": _lr(0.001),
+        "beta_1": Param(0.9, p.number(0, 1, low_open=True, interval=True)),
+        "beta_2": Param(0.99, p.FRACTION),
+    }),
+    keras_builtin("Lamb", "Lamb", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
+    keras_builtin("Muon", "Muon", {"momentum": "momentums", "v": "adam_velocities"}, {
+        "learning_rate": _lr(0.001),
+        "adam_beta_1": Param(0.9, p.FRACTION),
+        "adam_beta_2": Param(0.999, p.FRACTION),
+        "adam_weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
+        "weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
+        "exclude_layers": Param(None, p.optional(p.list_of(p.string, text="a list of layer names"))),
+        "exclude_embeddings": Param(True, _BOOL),
+        "muon_a": Param(3.4445, p.ANY_NUMBER),
+        "muon_b": Param(-4.775, p.ANY_NUMBER),
+        "muon_c": Param(2.0315, p.ANY_NUMBER),
+        "adam_lr_ratio": Param(1, p.POSITIVE_FLOAT),
+        "momentum": Param(0.95, p.FRACTION),
+        "ns_steps": Param(5, p.integer(1)),
+        "nesterov": Param(True, _BOOL),
+        "rms_rate": Param(0.2, p.optional(p.NON_NEGATIVE_FLOAT)),
+    }),
+    keras_builtin("ScheduleFreeAdamW", "ScheduleFreeAdamW", {"z": "_momentums", "v": "_velocities"}, {
+        "learning_rate": _lr(0.0025),
+        **_ADAM,
+        "epsilon": Param(1e-8, p.NON_NEGATIVE_FLOAT),
+        "warmup_steps": Param(0, p.integer(0)),
+    }),
+    keras_builtin("KerasAdam", "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)}),
+    keras_builtin("KerasAdagrad", "Adagrad", {"accumulator": "_accumulators"}, {
+        "learning_rate": _lr(0.001),
+        "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE_FLOAT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
+    }),
+    keras_builtin("KerasAdadelta", "Adadelta",
+                  {"accum": "_accumulated_grads", "accum_update": "_accumulated_delta_vars"}, {
+        "learning_rate": _lr(0.001),
+        "rho": Param(0.95, p.UNIT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
+    }),
+    keras_builtin("KerasFtrl", "Ftrl", {"accum": "_accumulators", "linear": "_linears"},
+                  {"learning_rate": _lr(0.001), **_FTRL}),
+    keras_builtin("KerasRMSprop", "RMSprop",
+                  {"rms": "_velocities", "momentum": "_momentums", "mg": "_average_gradients"}, {
+        "learning_rate": _lr(0.001),
+        "rho": Param(0.9, p.UNIT),
+        "momentum": Param(0.0, p.NON_NEGATIVE_FLOAT),
+        "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
+        "centered": Param(False, _BOOL),
+    }),
+    # OpenSeq2Seq's.
+    own("NovoGrad", "openseq2seq", "novograd:NovoGrad", {
+        "learning_rate": _lr(1.0),
+        "beta_1": Param(0.95, p.UNIT),
+        "beta_2": Param(0.98, p.UNIT),
+        "epsilon": Param(1e-8, p.NON_NEGATIVE),
+        "coupled_weight_decay": Param(0.0, p.NON_NEGATIVE),
+        "grad_averaging": Param(False, _BOOL),
+    }),
+    # RETURNN's.
+    own("AMSGrad", "returnn", "amsgrad:AMSGrad", {
+        "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
+        "decay": Param(False, _BOOL),
+        "beta_1": Param(0.9, p.FRACTION),
+        "beta_2": Param(0.99, p.FRACTION),
+        "epsilon": Param(0.0, p.NON_NEGATIVE),
+    }),
+    own("CustomGradientDescent", "returnn", "custom:CustomGradientDescent",
+        {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
+    own("CustomAdam", "returnn", "custom:CustomAdam", _RETURNN_ADAM),
+    own("GradVarianceScaled", "returnn", "grad_variance_scaled:GradVarianceScaled", _RETURNN_ADAM),
+    own("NeuralOptimizer1", "returnn", "neural_optimizer1:NeuralOptimizer1", {
+        "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
+        "beta_1": Param(0.9, p.FRACTION),
+        "decrease_factor": Param(0.1, p.NON_NEGATIVE),
+    }),
+    own("NormalizedSGD", "returnn", "normalized_sgd:NormalizedSGD",
+        {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
+    # RETURNN's NadamOptimizer: TF1 Adam's arguments and defaults.
+    own("ReturnnNadam", "returnn", "returnn_nadam:ReturnnNadam", _TF1_ADAM),
+)
+
+# ----- views of the table -----
+
+TABLE = {row.name: row for row in ROWS}
+assert len(TABLE) == len(ROWS), "two rows share a name"
+FAMILY_NAMES = ("tf1", "keras", "openseq2seq", "returnn")
+assert {row.family for row in ROWS} <= set(FAMILY_NAMES)
+# Display names, family by family (the order `opt-train list` shows).
+OPTIMIZER_NAMES = tuple(row.name for family in FAMILY_NAMES for row in ROWS if row.family == family)
+# display name -> {parameter: Param}: the class's own constructor arguments.
+OPTIMIZER_PARAMS = {name: TABLE[name].params for name in OPTIMIZER_NAMES}
+OPTIMIZERS = Registry("optimizer", OPTIMIZER_NAMES)
+
+# Names TF1 / RETURNN users know that are not optimizers here, and what replaces them.
+REPLACED = {
+    "syncreplicas": (
+        "`SyncReplicas` is not an optimizer in opt-train: synchronous data-parallel "
+        "training is a backend. Set `num_gpus: N` (replicas in one process) or launch "
+        "`opt-train train --np N --config x.yaml` (workers; `distributed: tf`, or "
+        "`distributed: horovod`), and name the inner optimizer in `optimizer`."
+    ),
+}
+
+
+def is_path(name):
+    """True for a dotted path `package.module.Class` or `package.module:Class` (the user's class)."""
+    return isinstance(name, str) and (":" in name or "." in name)
+
+
+def resolve(name):
+    """The display name for any accepted spelling (`adam`, `AdamOptimizer`, `ADAM`).
+
+    Raises `UnknownNameError` with the closest name, or a `ParamError` for a TF1
+    name that opt-train replaces (`SyncReplicas`). A dotted path is returned
+    unchanged; `classes.get_class` imports it.
+    """
+    if not isinstance(name, str):
+        raise ParamError(None, "wrong_type", "an optimizer name must be a string", name,
+                         text=f"An optimizer name must be a string. Received: {name!r}")
+    if is_path(name):
+        return name
+    key = normalize(name)
+    if key in REPLACED:
+        raise ParamError(None, "unknown_name", REPLACED[key], text=REPLACED[key])
+    return OPTIMIZERS.resolve(name)
+
+
+def family_of(name):
+    """The family ("tf1", "keras", "openseq2seq", "returnn") of a registered name."""
+    return TABLE[resolve(name)].family
+
+
+def row_of_class(cls):
+    """The row whose location is `cls` itself (by module and name, nothing imported), else None."""
+    name = vars(cls).get("_registry_name") or cls.__name__
+    row = TABLE.get(name)
+    if row is None:
+        return None
+    module, _, attribute = row.location.partition(":")
+    return row if (cls.__module__, cls.__name__) == (f"{PACKAGE}.{module}", attribute) else None
+
+
+def describe():
+    """[(name, family, {parameter: default})] for every registered optimizer, TF-free.
+
+    A required parameter's default is the string "required". The Keras base
+    arguments common to all (weight_decay, clipnorm, ...) and `use_locking` are
+    left out, unless the class has its own default.
+    """
+    return [
+        (name, TABLE[name].family, {
+            key: "required" if param.required else param.default
+            for key, param in TABLE[name].params.items()
+            if key not in COMMON_PARAMETERS  # every own class takes them: said once
+        })
+        for name in OPTIMIZER_NAMES
+    ]
