@@ -95,7 +95,7 @@ class TrainConfig:
     deterministic: bool = False
     # [start, end]: a TensorBoard profile of these updates in logdir/plugins/profile (`train --profile`).
     profile_steps: tuple | None = None
-    # {mlflow: {uri, experiment}}: the run logged to an experiment tracker too (training/tracking.py).
+    # {mlflow: {uri, experiment}}: the run logged to an experiment tracker too (opt_train/tracking.py).
     tracking: dict | None = None
     jit_compile: bool = False
     python_path: tuple = ()

@@ -14,6 +14,7 @@ from opt_train.config import ConfigError, ConfigIssue
 from opt_train.config.source import parse_scalar
 from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError, closest
+from opt_train.trial import PRUNERS
 
 # Trials one sweep may plan: past this, planning (and checking every trial's config) would
 # take longer than a user waits for a first line; split the sweep or sample instead.
@@ -34,13 +35,6 @@ OPTIONS = "options"
 BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study")
 # Optuna's samplers and pruners by the names users write (opt_train/sweep/study.py maps them).
 SAMPLERS = ("grid", "random", "tpe", "cmaes", "qmc")
-# Each pruner with the keyword arguments its Optuna class takes from `pruner: {name: {...}}`.
-PRUNERS = {
-    "none": (),
-    "median": ("n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"),
-    "asha": ("min_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count"),
-    "hyperband": ("min_resource", "max_resource", "reduction_factor", "bootstrap_count"),
-}
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
 MODES = ("min", "max")
 # Keys the sweep sets itself for every trial, so they cannot be swept.
@@ -422,9 +416,10 @@ def _pruner(option_value, block, issues):
         _report(issues, report, where, "unknown_name", message, spec)
         return "none", {}
     for key, value in params.items():
-        if key not in PRUNERS[spec]:
-            hint = closest(str(key), PRUNERS[spec])
-            suffix = f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(PRUNERS[spec]) or 'none'})"
+        accepted = PRUNERS[spec][1]
+        if key not in accepted:
+            hint = closest(str(key), accepted)
+            suffix = f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(accepted) or 'none'})"
             _report(issues, report, f"{where}.{spec}.{key}", "unknown_key", f"unknown argument of the {spec} pruner{suffix}", value)
         elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 0) and value != "auto":
             _report(issues, report, f"{where}.{spec}.{key}", "wrong_type", "must be an integer >= 0", value)
