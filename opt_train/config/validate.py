@@ -10,7 +10,7 @@ raised one at a time: the loader raises them together.
 from __future__ import annotations
 
 from opt_train import params as p
-from opt_train.config import compat, rules
+from opt_train.config import compat, rules, sweep_block
 from opt_train.config.issues import OVERRIDE_FILE, ConfigIssue, RuleError, RuleErrors, as_param_error
 from opt_train.config.registries import registry
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, join_key, locate
@@ -72,7 +72,7 @@ FIELD_RULES = {
     "tracking": p.optional(rules.tracking),
     "jit_compile": p.boolean,
     "python_path": rules.python_path,
-    "sweep": p.optional(p.mapping),
+    "sweep": sweep_block.sweep_block,
     # OpenSeq2Seq keys (compat.py has already translated their TF1 spellings).
     "num_gpus": p.optional(p.integer(1)),
     "print_samples_steps": p.optional(p.integer(1)),
