@@ -215,6 +215,10 @@ DATA_CASES = [
          files={"blob.csv": b"\xff\xfe\x00\x01garbage"}),
     case("csv_label_missing", OK + "data: csv\ndata_params: {path: ok.csv, label_column: target}\n",
          command="train", expect=("data_params.label_column: must name a column", "Received: 'target'"), files={"ok.csv": "a,b,label\n1,2,0\n3,4,1\n"}),
+    case("tfrecord_not_records", OK + "data: tfrecord\ndata_params: {train_files: '*.tfrecord', x: x, y: y, "
+         "num_classes: 2, features: {x: {dtype: float32, shape: [2]}, y: {dtype: int64}}}\n", command="train",
+         expect=("data_params.train_files: must be uncompressed TFRecord files", "[wrong_type]"),
+         files={"a.tfrecord": "not a record file at all\n" * 4}),
     case("model_too_large", OK + "model_params: {hidden_units: [10000000, 10000000]}\n", command="train",
          expect="[too_large]"),
     case("cnn_on_sequence", OK + "model: cnn\ndata: reversal\n", command="train", expect="model"),
