@@ -10,6 +10,7 @@ sides live there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from opt_train import params as p
 from opt_train.config.issues import RuleErrors
@@ -66,7 +67,7 @@ def check_block(block):
         good["grid"] = _grid(block["grid"], errors)
     if block.get("random") is not None:
         good["random"] = _random(block["random"], errors)
-    rules = {**{key: (lambda key: lambda value: count(key, value))(key) for key in COUNTS},
+    rules = {**{key: functools.partial(count, key) for key in COUNTS},
              "metric": metric, "mode": mode, "sampler": sampler, "pruner": pruner, "storage": text, "study": text}
     for key, rule in rules.items():
         if key not in block:

@@ -10,6 +10,7 @@ reports every problem in it, before anything runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import yaml
 
@@ -163,11 +164,9 @@ def build_spec(block, options=None, locate=None):
     grid = dict(good.get("grid") or {})
     grid.update(_option_grids(options.grids, issues))
     random = dict(good.get("random") or {})
-    trials = _choose(options.random_trials, "--random", good, "trials", issues,
-                     lambda value: rules.count("trials", value))
-    seed = _choose(options.seed, "--seed", good, "seed", issues, lambda value: rules.count("seed", value))
-    repeats = _choose(options.repeats, "--repeats", good, "repeats", issues,
-                      lambda value: rules.count("repeats", value))
+    trials = _choose(options.random_trials, "--random", good, "trials", issues, functools.partial(rules.count, "trials"))
+    seed = _choose(options.seed, "--seed", good, "seed", issues, functools.partial(rules.count, "seed"))
+    repeats = _choose(options.repeats, "--repeats", good, "repeats", issues, functools.partial(rules.count, "repeats"))
     metric = _choose(options.metric, "--metric", good, "metric", issues, rules.metric) or DEFAULT_METRIC
     mode = _choose(options.mode, "--mode", good, "mode", issues, rules.mode) or default_mode(metric)
     _check_random_count(random, trials, options, issues)
