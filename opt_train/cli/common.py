@@ -8,10 +8,11 @@ import functools
 
 import click
 
-from opt_train.config import ConfigError, load_config
+from opt_train.config import ConfigError, ConfigIssue, load_config
 from opt_train.distributed.base import HorovodUnavailableError
 from opt_train.distributed.cluster import ClusterError
 from opt_train.distributed.launcher import LAUNCHED_VARIABLE
+from opt_train.errors import ParamError
 from opt_train.training.errors import Interrupted, RunRefused, TrainingFailed
 
 
@@ -158,11 +159,13 @@ def trial_failure_recorder(logdir):
         return None
 
     def record(error, exit_code, message):
-        issues = getattr(error, "issues", None) or [error]
-        first = issues[0]
-        key = getattr(first, "key", None)
-        trial.write_failure(logdir, exit_code, type(error).__name__, message, key=key,
-                            code=getattr(first, "code", None))
+        first = error.issues[0] if isinstance(error, ConfigError) and error.issues else error
+        located = isinstance(first, (ConfigIssue, ParamError))
+        try:
+            trial.write_failure(logdir, exit_code, type(error).__name__, message,
+                                key=first.key if located else None, code=first.code if located else None)
+        except OSError:
+            pass  # a logdir that cannot be written: the sweep falls back to the log; the error itself still shows
 
     return record
 
