@@ -1,4 +1,5 @@
-"""`ParamError`: the error every check raises, with its parameter, a stable code and the value (TF-free)."""
+"""The errors every layer shares (TF-free): `ParamError` (a check's parameter, code and value), `TrainingFailed`,
+and the exit codes a run ends with."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ CODES = (
     "too_large",  # a config, value or model over a bound (size, aliases, nesting, memory)
     "user_code",  # the user's own code named by a config failed
 )
+
+# Exit codes of `opt-train` commands (documented once here; docs/INTERFACES.md lists them):
+# 0 done, 1 the run failed (`TrainingFailed`), 2 bad usage or config, 3 a sweep's pruner stopped the trial.
+# A run stopped by a signal exits 128 + its number.
+FAILED_EXIT_CODE = 1
+USAGE_EXIT_CODE = 2
+PRUNED_EXIT_CODE = 3
 
 # What a parameter check may say; the others belong to reading files.
 PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing", "file_not_found")
@@ -60,3 +68,10 @@ def keras_text(param, message, value=None):
     if value is None:
         return head if head.endswith(".") else f"{head}."
     return f"{head}. Received: {param}={value!r}" if param else f"{head}. Received: {value!r}"
+
+
+class TrainingFailed(RuntimeError):
+    """The run started (or the sweep's study was opened) and cannot go on: diverged, too many overflows, a rank
+    died, the study's database did not answer. Exit 1, one line."""
+
+    exit_code = FAILED_EXIT_CODE

@@ -8,10 +8,11 @@ import functools
 
 import click
 
-from opt_train.config import ConfigError, load_config
+from opt_train.config import ConfigError, ConfigIssue, load_config
 from opt_train.distributed.base import HorovodUnavailableError
 from opt_train.distributed.cluster import ClusterError
 from opt_train.distributed.launcher import LAUNCHED_VARIABLE
+from opt_train.errors import ParamError
 from opt_train.training.errors import Interrupted, RunRefused, TrainingFailed
 
 
@@ -111,21 +112,34 @@ def launch_config(config, ranks):
 
 
 @contextlib.contextmanager
-def user_errors():
-    """Turns the library's expected failures into click errors with the right exit code."""
+def user_errors(on_failure=None):
+    """Turns the library's expected failures into click errors with the right exit code.
+
+    `on_failure(error, exit_code, message)`, when given, hears of every failure first
+    (exit 1 or 2, and a bug's exception, which keeps its traceback); not of a stop.
+    """
+    def failed(error, exit_code, message=None):
+        if on_failure is not None:
+            on_failure(error, exit_code, str(error) if message is None else message)
+        return message
+
     try:
         yield
     except ConfigError as error:
+        failed(error, ConfigUsageError.exit_code)
         if error.details:
             click.echo(error.details.rstrip("\n"), err=True)
         raise ConfigUsageError(str(error)) from None
     except ClusterError as error:
+        failed(error, ConfigUsageError.exit_code)
         raise ConfigUsageError(str(error)) from None
     except HorovodUnavailableError as error:
-        raise ConfigUsageError(f"use_horovod: {error}") from None
+        raise ConfigUsageError(failed(error, ConfigUsageError.exit_code, f"use_horovod: {error}")) from None
     except RunRefused as error:
+        failed(error, ConfigUsageError.exit_code)
         raise ConfigUsageError(str(error)) from None
     except TrainingFailed as error:
+        failed(error, TrainingFailedError.exit_code)
         raise TrainingFailedError(str(error)) from None
     except Interrupted as error:
         click.echo(str(error), err=True)
@@ -136,6 +150,35 @@ def user_errors():
         click.echo("interrupted by SIGINT before training started (or after it ended): nothing saved by this stop; "
                    "run the same command to start again", err=True)
         raise click.exceptions.Exit(130) from None
+    except click.exceptions.Exit:
+        raise
+    except click.ClickException as error:
+        failed(error, error.exit_code, error.format_message())
+        raise
+    except Exception as error:
+        # A bug: Python prints its traceback and exits 1.
+        failed(error, TrainingFailedError.exit_code, f"{type(error).__name__}: {error}")
+        raise
+
+
+def trial_failure_recorder(logdir):
+    """`on_failure` for `user_errors` in a sweep trial's process: writes the trial's failure record in `logdir`
+    (`opt_train/trial.py`), the key and code of its first config problem included; None outside a sweep."""
+    from opt_train import trial
+
+    if trial.description() is None:
+        return None
+
+    def record(error, exit_code, message):
+        first = error.issues[0] if isinstance(error, ConfigError) and error.issues else error
+        located = isinstance(first, (ConfigIssue, ParamError))
+        try:
+            trial.write_failure(logdir, exit_code, type(error).__name__, message,
+                                key=first.key if located else None, code=first.code if located else None)
+        except OSError:
+            pass  # a logdir that cannot be written: the sweep falls back to the log; the error itself still shows
+
+    return record
 
 
 def import_tensorflow():

@@ -3,7 +3,8 @@
 import click
 
 from opt_train.cli.common import (
-    ConfigUsageError, check_distribution, config_options, import_tensorflow, launch_config, load, user_errors,
+    ConfigUsageError, check_distribution, config_options, import_tensorflow, launch_config, load,
+    trial_failure_recorder, user_errors,
 )
 
 
@@ -59,7 +60,8 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
         flags = {"--resume": resume_changed, "--no-resume": no_resume, "--benchmark": benchmark}
         _launch(config, configs, overrides, [flag for flag, given in flags.items() if given], num_proc, hosts)
         return
-    with user_errors():
+    # A sweep's trial leaves a failure record the sweep reads (opt_train/trial.py).
+    with user_errors(on_failure=trial_failure_recorder(config.logdir)):
         # Inside: Ctrl-C during the (slow) TensorFlow import exits 130 like any other.
         # Before the slow import: a job started wrongly (TF_CONFIG, horovodrun) is refused at once.
         from opt_train.training.logdir import check_launch

@@ -188,7 +188,7 @@ def summaries(name, value):
     return tuple(checked)
 
 
-# `tracking: {mlflow: {uri, experiment}}` (training/tracking.py).
+# `tracking: {mlflow: {uri, experiment}}` (opt_train/tracking.py).
 MLFLOW_SPEC = {
     "uri": p.Param(None, p.optional(p.string), "tracking URI; default: sqlite in the logdir's parent folder"),
     "experiment": p.Param("opt-train", p.string, "MLflow experiment name"),

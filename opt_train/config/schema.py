@@ -182,8 +182,10 @@ class TrainConfig:
     python_path: tuple = key(
         (), rules.python_path, "path or list of paths",
         "folders your `factory:` modules are imported from, each relative to its file")
-    sweep: dict | None = key(None, p.optional(p.mapping), "mapping or null", "the `opt-train sweep` block",
-                             run=False)
+    sweep: dict | None = key(
+        None, lambda name, value: _sweep_block(name, value), "mapping or null",
+        "the `opt-train sweep` block ([sweeps](sweeps.md)), checked key by key: `sweep.grid.logdir` is "
+        "refused at its line", run=False)
     # OpenSeq2Seq keys with their OpenSeq2Seq meaning (compat.py has translated their TF1 spellings).
     num_gpus: int | None = key(
         None, p.optional(p.integer(1)), "int ≥ 1 or null",
@@ -310,6 +312,13 @@ def plain(value):
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     return copy.deepcopy(value)
+
+
+def _sweep_block(name, value):
+    # config/sweep_block.py reads this module (join_key): imported when a config is checked.
+    from opt_train.config.sweep_block import sweep_block
+
+    return sweep_block(name, value)
 
 
 def join_key(key, subkey):

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from opt_train.errors import ParamError
+
 
 # Rows standardised at once: float64 temporaries of a chunk, never of a whole 1 GiB array.
 CHUNK_ROWS = 16384
@@ -81,7 +83,8 @@ def from_batches(batches):
         m2 = m2 + batch_m2 + delta ** 2 * (count * n / total)
         count = total
     if mean is None:
-        raise ValueError("no train examples to compute the normalization statistics from")
+        raise ParamError.at("data_params.normalize", "conflict",
+                            "no train examples to compute the normalization statistics from")
     return _finish(mean, m2, count)
 
 

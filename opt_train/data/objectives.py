@@ -17,6 +17,7 @@ import keras
 
 from opt_train import usercode
 from opt_train.data.objective_names import resolve_loss, resolve_metric
+from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError
 
 
@@ -105,10 +106,8 @@ def match_output(task, probability, loss=None, loss_params=None):
     params = dict(loss_params or {})
 
     def refuse(key, message):
-        error = ValueError(f"the model's last layer {layer!r} ends in {activation}, so it outputs probabilities; "
-                           f"{message}")
-        error.key = key
-        return error
+        return ParamError.at(key, "conflict", f"the model's last layer {layer!r} ends in {activation}, so it "
+                             f"outputs probabilities; {message}")
 
     if params.get("from_logits") is True:
         raise refuse("loss_params.from_logits", "from_logits: true would apply it twice. "
@@ -130,7 +129,6 @@ def with_objectives(task, loss=None, loss_params=None, metrics=()):
         try:
             make_metric(name, task)
         except (TypeError, ValueError) as error:
-            failure = ValueError(f"metric {name!r} cannot be built from its name alone: {error}")
-            failure.key = f"metrics[{index}]"
-            raise failure from None
+            raise ParamError.at(f"metrics[{index}]", "conflict",
+                                f"metric {name!r} cannot be built from its name alone: {error}") from None
     return dataclasses.replace(task, loss_object=loss_object, metric_names=names)

@@ -16,6 +16,12 @@ import numpy as np
 from opt_train.data.arrays import Source, split
 from opt_train.data.registry import DATASET_MODULES
 from opt_train.data.task import Task
+from opt_train.errors import ParamError
+
+
+def _file_error(param, path, code, message):
+    """A problem with the file `param` names: filed at `data_params.<param>`, the file named in the message."""
+    return ParamError(param, code, f"{path}: {message}", text=f"`{param}` {path}: {message}")
 
 
 def load_digits_source(eval_fraction, seed):
@@ -86,30 +92,28 @@ def _existing(path, param):
 def _read_npz(path, x_key, y_key, param):
     try:
         with np.load(_existing(path, param), allow_pickle=False) as arrays:
-            for key in (x_key, y_key):
+            for name, key in (("x_key", x_key), ("y_key", y_key)):
                 if key not in arrays.files:
-                    raise ValueError(
-                        f"`{'x_key' if key == x_key else 'y_key'}` must name an array in {path}; "
-                        f"it holds {sorted(arrays.files)}. Received: {key!r}"
-                    )
+                    raise ParamError(name, "unknown_name",
+                                     f"must name an array in {path}; it holds {sorted(arrays.files)}", key)
             x, y = arrays[x_key], arrays[y_key]
+    except ParamError:
+        raise
     except (OSError, EOFError, zipfile.BadZipFile, ValueError) as error:
-        if str(error).startswith("`"):
-            raise
         # A truncated or foreign file fails inside NumPy's reader; say which file.
-        raise ValueError(f"{path}: cannot be read as .npz ({type(error).__name__}: {error})") from None
+        raise _file_error(param, path, "wrong_type",
+                          f"cannot be read as .npz ({type(error).__name__}: {error})") from None
     for key, array in ((x_key, x), (y_key, y)):
         if array.ndim == 0:
-            raise ValueError(f"{path}: array '{key}' is a scalar; it must hold one row per example")
+            raise _file_error(param, path, "wrong_type", f"array '{key}' is a scalar; it must hold one row per example")
     if len(x) != len(y):
-        raise ValueError(
-            f"{path}: `{x_key}` and `{y_key}` must have as many rows. Received: {len(x)} and {len(y)}"
-        )
-    _check_finite(x, f"{path}: array '{x_key}'")
+        raise _file_error(param, path, "conflict",
+                          f"`{x_key}` and `{y_key}` must have as many rows. Received: {len(x)} and {len(y)}")
+    _check_finite(x, param, path, f"array '{x_key}'")
     return x, y
 
 
-def _check_finite(array, where, columns=None):
+def _check_finite(array, param, path, what=None, columns=None):
     """A NaN or inf in the input would train into NaN weights with exit 0: refuse it when read."""
     if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.integer):
         return
@@ -119,9 +123,9 @@ def _check_finite(array, where, columns=None):
         column = ""
         if columns is not None and len(index) > 1:
             column = f", column {columns[index[1]]!r}"
-        raise ValueError(
-            f"{where} holds NaN or inf (first at row {index[0]}{column}; {int(bad.sum())} values in all)"
-        )
+        where = f"{what} " if what else ""
+        raise _file_error(param, path, "out_of_range",
+                          f"{where}holds NaN or inf (first at row {index[0]}{column}; {int(bad.sum())} values in all)")
 
 
 def _read_csv(path, label_column, header, delimiter, param):
@@ -129,36 +133,34 @@ def _read_csv(path, label_column, header, delimiter, param):
         with open(_existing(path, param), newline="") as handle:
             rows = [row for row in csv.reader(handle, delimiter=delimiter) if row]
     except (UnicodeDecodeError, csv.Error) as error:
-        raise ValueError(f"{path}: cannot be read as CSV ({type(error).__name__}: {error})") from None
+        raise _file_error(param, path, "wrong_type", f"cannot be read as CSV ({type(error).__name__}: {error})") from None
     names = rows.pop(0) if header and rows else None
     if not rows:
-        raise ValueError(f"{path}: no data rows")
+        raise _file_error(param, path, "out_of_range", "no data rows")
     width = len(rows[0])
     if any(len(row) != width for row in rows):
-        raise ValueError(f"{path}: every row must have {width} fields")
+        raise _file_error(param, path, "wrong_type", f"every row must have {width} fields")
     column = _column_index(label_column, names, width, path)
     labels = np.array([row[column].strip() for row in rows])
     try:
         features = np.array([[float(v) for i, v in enumerate(row) if i != column] for row in rows])
     except ValueError as error:
-        raise ValueError(f"{path}: feature columns must be numbers ({error})") from None
+        raise _file_error(param, path, "wrong_type", f"feature columns must be numbers ({error})") from None
     feature_names = [
         (names[i].strip() if names else i) for i in range(width) if i != column
     ]
-    _check_finite(features, path, feature_names)
+    _check_finite(features, param, path, columns=feature_names)
     return features, labels
 
 
 def _column_index(label_column, names, width, path):
     if isinstance(label_column, str):
         if names is None or label_column not in [n.strip() for n in names]:
-            raise ValueError(
-                f"`label_column` must name a column of {path}"
-                f"{'' if names is None else ' ' + str([n.strip() for n in names])}. Received: {label_column!r}"
-            )
+            listed = "" if names is None else " " + str([n.strip() for n in names])
+            raise ParamError("label_column", "unknown_name", f"must name a column of {path}{listed}", label_column)
         return [n.strip() for n in names].index(label_column)
     if not -width <= label_column < width:
-        raise ValueError(f"`label_column` must be in [{-width}, {width}). Received: label_column={label_column}")
+        raise ParamError("label_column", "out_of_range", f"must be in [{-width}, {width})", label_column)
     return label_column % width
 
 
@@ -186,9 +188,8 @@ def _class_labels(train_y, eval_y, num_classes):
     if num_classes is None:
         num_classes = found
     elif found > num_classes:
-        raise ValueError(
-            f"`num_classes` must exceed every label. Received: num_classes={num_classes}, label {found - 1}"
-        )
+        raise ParamError("num_classes", "out_of_range", f"must exceed every label (the largest is {found - 1})",
+                         num_classes)
     if values is None:
         labels = tuple(range(num_classes))
     else:  # classes beyond the values seen (a larger num_classes) answer with their id
@@ -203,10 +204,8 @@ def _user_source(train, held_out, task_kind, num_classes):
     if x_train.ndim == 1:
         x_train, x_eval = x_train[:, None], x_eval[:, None]
     if x_train.shape[1:] != x_eval.shape[1:]:
-        raise ValueError(
-            "train and eval inputs must have the same shape per example. "
-            f"Received: {x_train.shape[1:]} and {x_eval.shape[1:]}"
-        )
+        raise ParamError("eval_path", "conflict", "must hold inputs of the same shape per example as `path`. "
+                         f"Received: {x_train.shape[1:]} and {x_eval.shape[1:]}")
     input_shape = tuple(int(d) for d in x_train.shape[1:])
     image_shape = _image_shape(input_shape)
     if task_kind == "regression":

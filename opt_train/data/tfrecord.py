@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from opt_train.data.streams import epoch_seed, shuffled_batches, steps_per_epoch, stream_from
 from opt_train.data.task import Task
+from opt_train.errors import ParamError
 
 COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
@@ -71,10 +72,9 @@ def count_records(files, compression, param):
         return [int(n) for n in counts.as_numpy_iterator()]
     except tf.errors.DataLossError:
         kind = compression or "uncompressed"
-        raise ValueError(
-            f"`{param}` must be {kind} TFRecord files (check `compression`); one of them is not. "
-            f"Received: {len(files)} files"
-        ) from None
+        raise ParamError(param, "wrong_type", f"must be {kind} TFRecord files (check `compression`); one of them "
+                         f"is not. Received: {len(files)} files", text=f"`{param}` must be {kind} TFRecord files "
+                         f"(check `compression`); one of them is not. Received: {len(files)} files") from None
 
 
 class Shard(NamedTuple):

@@ -69,7 +69,8 @@ def _bind(function, kwargs, target, params):
     try:
         inspect.signature(function).bind(**kwargs)
     except TypeError as error:
-        raise ValueError(f"Model factory '{target}' rejected its params {sorted(params or {})}: {error}") from None
+        raise ParamError.at("model_params", "unknown_key",
+                            f"Model factory '{target}' rejected its params {sorted(params or {})}: {error}") from None
     except ValueError:  # no signature to check (a builtin): let the call decide
         pass
     return function

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import keras
 
+from opt_train.errors import ParamError
+
 from opt_train.models.layers import output_head, task_input
 
 
@@ -70,7 +72,8 @@ def build_transformer(task, *, d_model, num_heads, num_layers, ff_dim, dropout, 
             embeddings, which keeps their gradient sparse), or None.
     """
     if task.kind != "sequence":
-        raise ValueError(f"Model `transformer` needs a sequence task. Received: task={task.kind}")
+        raise ParamError.at("model", "conflict", f"`transformer` needs a sequence task (data such as reversal). "
+                            f"Received: a {task.kind} task")
     inputs = task_input(task)
     hidden = keras.layers.Embedding(task.vocab_size, d_model, name="token_embedding")(inputs)
     hidden = PositionEmbedding(task.input_shape[0], name="position_embedding")(hidden)

@@ -41,7 +41,7 @@ from opt_train.sweep.status import (
     records_size,
     stop_record,
 )
-from opt_train.training.pruning import ENVIRONMENT_VARIABLE, PRUNED_EXIT_CODE
+from opt_train.trial import PRUNED_EXIT_CODE, clear_failure, describe, make_pruner
 
 # Exit codes of a trial that was stopped (Ctrl-C, a scheduler's SIGTERM) rather than failed:
 # it stays RUNNING in the study, so the next run of the sweep resumes it.
@@ -384,15 +384,11 @@ class _Worker:
             return None
         # The resolved config is in the folder before the process starts, so even a trial that crashes early has one.
         config.dump(os.path.join(logdir, "config.yaml"))
-        env = dict(self.environment)
-        env[ENVIRONMENT_VARIABLE] = json.dumps({
-            "storage": studies.storage_url(self.plan.spec, self.plan.out),
-            "study": studies.study_name(self.plan.spec, self.plan.out),
-            "trial_id": optuna_trial._trial_id,
-            "metric": self.plan.spec.metric,
-            "pruner": self.plan.spec.pruner,
-            "pruner_params": self.plan.spec.pruner_params,
-        })
+        # An earlier attempt's failure record would be read as this attempt's.
+        clear_failure(logdir)
+        env = {**self.environment, **describe(
+            studies.storage_url(self.plan.spec, self.plan.out), studies.study_name(self.plan.spec, self.plan.out),
+            optuna_trial._trial_id, self.plan.spec.metric, self.plan.spec.pruner, self.plan.spec.pruner_params)}
         self.running[trial.name] = (trial, lock, records_size(logdir))
         return Job(trial.name, tuple(self.plan.command(trial)), os.path.join(logdir, LOG_FILE), env, (lock,))
 
@@ -499,8 +495,6 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
     are when `retry_failed`); trials left running by a worker that died on this machine
     resume from their checkpoints. `report(text)` receives progress lines.
     """
-    from opt_train.training.pruning import make_pruner
-
     report = report or (lambda text: None)
     study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params))
     if retry_failed:
@@ -508,7 +502,7 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
     name, url = studies.study_name(plan.spec, plan.out), studies.storage_url(plan.spec, plan.out)
     report(f"study {name} in {_hide_password(url)}: {queued} trials queued by this worker")
     from opt_train.config import load_config
-    from opt_train.training.tracking import StudyRun
+    from opt_train.tracking import StudyRun
 
     # tracking: {mlflow: ...}: the study is one MLflow run, each trial a child of it.
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)

@@ -1,6 +1,6 @@
 """TensorBoard HParams summaries for a sweep: the experiment (swept keys, metrics) in DIR and one session per trial logdir.
 
-A trial's session is the one every run writes (`training/hparams.py`), its swept keys
+A trial's session is the one every run writes (`opt_train/board.py`), its swept keys
 first: the trial's curves stay in its `train` and `eval` runs, and the experiment's
 metrics point there (`accuracy` in group `eval`), so a trial adds no third run.
 TensorFlow and TensorBoard's hparams API are imported inside the functions, so
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from opt_train.training.hparams import clear_session, config_hparams, hparam_value
+from opt_train import board
+from opt_train.board import clear_session, config_hparams, hparam_value, run_and_tag
 
 # Metrics listed for the dashboard besides the chosen one, when any trial has them.
 _USUAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss", "skipped_steps")
@@ -47,8 +48,6 @@ def _trial_hparams(logdir, overrides):
 def _metric(name):
     """The HParams metric of a final-metrics key: its tag in the trial's `train` or `eval` run."""
     from tensorboard.plugins.hparams import api as hp
-
-    from opt_train.training.reporting import run_and_tag
 
     run, tag = run_and_tag(name)
     return hp.Metric(tag, group=run, display_name=name)
@@ -89,6 +88,4 @@ def write_session(logdir, record):
     Its metrics are the last values of its `train` and `eval` runs, which the
     experiment's metrics name.
     """
-    from opt_train.training import hparams
-
-    hparams.write_session(logdir, _trial_hparams(logdir, record["overrides"]), group_name=record["trial"])
+    board.write_session(logdir, _trial_hparams(logdir, record["overrides"]), group_name=record["trial"])

@@ -1,19 +1,28 @@
 """What to sweep: the `sweep:` YAML block and the `opt-train sweep` options merged into one checked `SweepSpec`.
 
-TF-free: the CLI builds a spec, and reports every problem in it, before anything runs.
+The block's own rules are the config layer's (`opt_train/config/sweep_block.py`: `validate`
+and `train` refuse a bad block as `sweep` does); here are the options, read with the same
+rules, what needs both (draws for the ranges, the sampler against ranges and repeats, the
+planned size), and whether a trial reports the metric. TF-free: the CLI builds a spec, and
+reports every problem in it, before anything runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import yaml
 
-from opt_train import params as p
 from opt_train.config import ConfigError, ConfigIssue
+from opt_train.config import sweep_block as rules
+from opt_train.config.issues import RuleErrors
 from opt_train.config.source import parse_scalar
+from opt_train.config.sweep_block import DEFAULT_METRIC, Distribution
 from opt_train.errors import ParamError
-from opt_train.suggest import UnknownNameError, closest
+from opt_train.suggest import closest
+
+__all__ = ["Distribution", "SweepOptions", "SweepSpec", "build_spec", "metric_problem", "parse_grid_option"]
 
 # Trials one sweep may plan: past this, planning (and checking every trial's config) would
 # take longer than a user waits for a first line; split the sweep or sample instead.
@@ -30,32 +39,8 @@ EVAL_FIGURES = {
 # Where problems with `--grid` / `--random` etc. are said to come from.
 GRID_OPTION = "--grid"
 OPTIONS = "options"
-
-BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study")
-# Optuna's samplers and pruners by the names users write (opt_train/sweep/study.py maps them).
-SAMPLERS = ("grid", "random", "tpe", "cmaes", "qmc")
-# Each pruner with the keyword arguments its Optuna class takes from `pruner: {name: {...}}`.
-PRUNERS = {
-    "none": (),
-    "median": ("n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"),
-    "asha": ("min_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count"),
-    "hyperband": ("min_resource", "max_resource", "reduction_factor", "bootstrap_count"),
-}
-DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
-MODES = ("min", "max")
-# Keys the sweep sets itself for every trial, so they cannot be swept.
-RESERVED_KEYS = ("logdir", "sweep")
-DEFAULT_METRIC = "eval/loss"
 # Metrics where smaller is better, when the user names a metric but no mode.
 _SMALLER_IS_BETTER = ("loss", "perplexity", "error", "wer", "cer", "mse", "mae")
-
-
-@dataclasses.dataclass(frozen=True)
-class Distribution:
-    """One `random:` range: `kind` is one of DISTRIBUTIONS; `args` its bounds or choices."""
-
-    kind: str
-    args: tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,25 +157,27 @@ def build_spec(block, options=None, locate=None):
     """
     options = options or SweepOptions()
     issues = _Issues(locate or (lambda key: (None, None)))
-    block = _known_block(block or {}, issues)
-    grid = _block_grid(block.get("grid"), issues)
+    # A config that loaded has a good block already; a block given directly is judged here the same way.
+    good, errors = rules.check_block(block)
+    for error in errors:
+        issues.block(error.key, error.code, error.message, error.value)
+    grid = dict(good.get("grid") or {})
     grid.update(_option_grids(options.grids, issues))
-    random = _block_random(block.get("random"), issues)
-    trials = _pick(options.random_trials, "--random", block, "trials", issues, minimum=1)
-    seed = _pick(options.seed, "--seed", block, "seed", issues, minimum=None)
-    repeats = _pick(options.repeats, "--repeats", block, "repeats", issues, minimum=1)
-    metric = _metric(options.metric, block, issues)
-    mode = _mode(options.mode, block, metric, issues)
-    _check_reserved(list(grid) + list(random), issues)
+    random = dict(good.get("random") or {})
+    trials = _choose(options.random_trials, "--random", good, "trials", issues, functools.partial(rules.count, "trials"))
+    seed = _choose(options.seed, "--seed", good, "seed", issues, functools.partial(rules.count, "seed"))
+    repeats = _choose(options.repeats, "--repeats", good, "repeats", issues, functools.partial(rules.count, "repeats"))
+    metric = _choose(options.metric, "--metric", good, "metric", issues, rules.metric) or DEFAULT_METRIC
+    mode = _choose(options.mode, "--mode", good, "mode", issues, rules.mode) or default_mode(metric)
     _check_random_count(random, trials, options, issues)
-    sampler = _sampler(options.sampler, block, random, repeats, issues)
-    pruner, pruner_params = _pruner(options.pruner, block, issues)
-    storage = _text(options.storage, "--storage", block, "storage", issues)
-    study = _text(options.study, "--study", block, "study", issues)
+    sampler = _sampler(options.sampler, good, random, repeats, issues)
+    pruner, pruner_params = _choose(options.pruner, "--pruner", good, "pruner", issues, rules.pruner) or ("none", {})
+    storage = _choose(options.storage, "--storage", good, "storage", issues, rules.text)
+    study = _choose(options.study, "--study", good, "study", issues, rules.text)
     planned = _count(grid) * (repeats or 1) * ((trials or 1) if random else 1)
     if planned > MAX_TRIALS:
         issues.block(
-            "sweep.grid" if block.get("grid") else "sweep", "too_large",
+            "sweep.grid" if good.get("grid") else "sweep", "too_large",
             f"plans {planned:,} trials, more than {MAX_TRIALS:,}; split the sweep, or sample ranges "
             "(sweep.random) for a number of trials",
         )
@@ -230,33 +217,6 @@ def metric_problem(metric, config):
             + f" ({kind} runs report {', '.join(known)})")
 
 
-def _known_block(block, issues):
-    if not isinstance(block, dict):
-        issues.block("sweep", "wrong_type", "must be a mapping", block)
-        return {}
-    for error in p.unknown_keys(BLOCK_KEYS, block, "sweep", key_kind="sweep key"):
-        issues.error(f"sweep.{error.param}", error)
-    return {key: value for key, value in block.items() if key in BLOCK_KEYS}
-
-
-def _block_grid(grid, issues):
-    if grid is None:
-        return {}
-    if not isinstance(grid, dict):
-        issues.block("sweep.grid", "wrong_type", "must map dotted config keys to lists of values", grid)
-        return {}
-    checked = {}
-    for key, values in grid.items():
-        where = f"sweep.grid.{key}"
-        if not isinstance(values, list):
-            issues.block(where, "wrong_type", "must be a list of values", values)
-        elif not values:
-            issues.block(where, "out_of_range", "must list at least one value")
-        else:
-            checked[str(key)] = list(values)
-    return checked
-
-
 def _option_grids(texts, issues):
     grids = {}
     for text in texts:
@@ -268,106 +228,29 @@ def _option_grids(texts, issues):
         if key in grids:
             issues.option(GRID_OPTION, key, "conflict", "given twice; list all its values in one --grid", text)
             continue
+        if rules.reserved(key):
+            issues.option(GRID_OPTION, key, "conflict", rules.RESERVED_MESSAGE)
+            continue
         grids[key] = values
     return grids
 
 
-def _block_random(ranges, issues):
-    if ranges is None:
-        return {}
-    if not isinstance(ranges, dict):
-        issues.block("sweep.random", "wrong_type", "must map dotted config keys to ranges", ranges)
-        return {}
-    checked = {}
-    for key, spec in ranges.items():
-        where = f"sweep.random.{key}"
-        try:
-            checked[str(key)] = parse_distribution(spec)
-        except ParamError as error:
-            issues.block(where, error.code, error.message, spec)
-    return checked
-
-
-def parse_distribution(spec):
-    """`{"log_uniform": [1e-4, 1e-1]}` -> `Distribution("log_uniform", (1e-4, 1e-1))`. Raises `ParamError`."""
-    shapes = ", ".join(f"{{{name}: [...]}}" for name in DISTRIBUTIONS)
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise ParamError(None, "wrong_type", f"must be one of {shapes}", spec)
-    (kind, args), = spec.items()
-    if kind not in DISTRIBUTIONS:
-        error = UnknownNameError("range", kind, DISTRIBUTIONS)
-        raise ParamError(kind, "out_of_range", str(error), args)
-    if not isinstance(args, list):
-        raise ParamError(kind, "out_of_range", f"`{kind}` must be a list", args)
-    if kind == "choice":
-        if not args:
-            raise ParamError(kind, "out_of_range", "`choice` must list at least one value", args)
-        return Distribution(kind, tuple(args))
-    return Distribution(kind, _bounds(kind, args))
-
-
-def _bounds(kind, args):
-    def bad(rule):
-        raise ParamError(kind, "out_of_range", f"`{kind}` {rule}", args,
-                         text=f"`{kind}` {rule}. Received: {kind}={args}")
-
-    numeric = len(args) == 2 and all(p.is_number(arg) for arg in args)
-    if not numeric:
-        bad("must be [low, high] with two finite numbers")
-    low, high = args
-    if low > high:
-        bad("must have low <= high")
-    if kind == "log_uniform" and low <= 0:
-        bad("bounds must be > 0")
-    if kind == "int_uniform" and not all(isinstance(arg, int) for arg in args):
-        bad("bounds must be integers")
-    return (low, high)
-
-
-def _pick(option_value, option_name, block, key, issues, minimum):
-    """The command-line value when given, else the block's; checked to be an integer >= minimum."""
-    if option_value is not None:
-        value, option = option_value, option_name
-    elif key in block:
-        value, option = block[key], None
-    else:
-        return None
+def _choose(option_value, option_name, good, key, issues, rule):
+    """The command-line value, checked by the block's `rule`, when given; else the block's (already checked)."""
+    if option_value is None:
+        return good.get(key)
     try:
-        return p.integer(minimum, whole_floats=False)(key, value)
-    except ParamError as error:
-        issues.error(f"sweep.{key}", error, option)
+        return rule(option_value)
+    except (ParamError, RuleErrors) as problem:
+        for error in getattr(problem, "errors", [problem]):
+            issues.option(option_name, error.param or "", error.code, error.message, error.value)
         return None
-
-
-def _metric(option_value, block, issues):
-    metric = option_value if option_value is not None else block.get("metric", DEFAULT_METRIC)
-    if not isinstance(metric, str) or not metric.strip():
-        issues.block("sweep.metric", "wrong_type", "must name a metric such as eval/accuracy", metric)
-        return DEFAULT_METRIC
-    return metric.strip()
 
 
 def default_mode(metric):
     """`min` for losses, errors and perplexities, `max` for anything else (accuracy, BLEU, ...)."""
     name = metric.rsplit("/", 1)[-1].lower()
     return "min" if any(word in name for word in _SMALLER_IS_BETTER) else "max"
-
-
-def _mode(option_value, block, metric, issues):
-    mode = option_value if option_value is not None else block.get("mode")
-    if mode is None:
-        return default_mode(metric)
-    if mode not in MODES:
-        issues.block("sweep.mode", "out_of_range", "must be min or max", mode)
-        return default_mode(metric)
-    return mode
-
-
-def _check_reserved(keys, issues):
-    for key in keys:
-        if key.split(".")[0] in RESERVED_KEYS:
-            message = "is set by the sweep for every trial and cannot be swept"
-            issues.option(GRID_OPTION, key, "conflict", message)
 
 
 def _check_random_count(random, trials, options, issues):
@@ -384,65 +267,22 @@ def _check_random_count(random, trials, options, issues):
             issues.block("sweep.trials", "missing", message, trials)
 
 
-def _sampler(option_value, block, random, repeats, issues):
+def _sampler(option_value, good, random, repeats, issues):
     """The sampler's name: `grid` for a plain grid, `tpe` when there are ranges to draw from."""
-    name = option_value if option_value is not None else block.get("sampler")
-    where = "--sampler" if option_value is not None else "sweep.sampler"
-    report = issues.option if option_value is not None else None
     default = "tpe" if random else "grid"
+    name = _choose(option_value, "--sampler", good, "sampler", issues, rules.sampler)
     if name is None:
+        if option_value is not None or "sampler" in good:
+            return default  # a bad name, reported already
         name = default
-    elif name not in SAMPLERS:
-        hint = closest(str(name), SAMPLERS)
-        message = f"unknown sampler; did you mean '{hint}'?" if hint else f"unknown sampler (valid: {', '.join(SAMPLERS)})"
-        _report(issues, report, where, "unknown_name", message, name)
-        return default
-    if name == "grid" and random:
-        _report(issues, report, where, "conflict", "the grid sampler cannot draw from sweep.random ranges; use random, tpe, cmaes or qmc", name)
-    if name != "grid" and random and (repeats or 1) > 1:
-        _report(issues, report, where, "conflict", "repeats need a grid: a sampler proposes each point once; raise sweep.trials instead", name)
-    return name
-
-
-def _pruner(option_value, block, issues):
-    """`(name, keyword arguments)` from `--pruner NAME` or `pruner: NAME` / `pruner: {NAME: {arg: value}}`."""
-    spec = option_value if option_value is not None else block.get("pruner", "none")
-    where = "--pruner" if option_value is not None else "sweep.pruner"
-    report = issues.option if option_value is not None else None
-    params = {}
-    if isinstance(spec, dict) and len(spec) == 1:
-        (spec, params), = spec.items()
-        params = {} if params is None else params
-    if not isinstance(spec, str) or not isinstance(params, dict):
-        _report(issues, report, where, "wrong_type", "must be a pruner name or {name: {argument: value}}", spec)
-        return "none", {}
-    if spec not in PRUNERS:
-        hint = closest(spec, PRUNERS)
-        message = f"unknown pruner; did you mean '{hint}'?" if hint else f"unknown pruner (valid: {', '.join(PRUNERS)})"
-        _report(issues, report, where, "unknown_name", message, spec)
-        return "none", {}
-    for key, value in params.items():
-        if key not in PRUNERS[spec]:
-            hint = closest(str(key), PRUNERS[spec])
-            suffix = f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(PRUNERS[spec]) or 'none'})"
-            _report(issues, report, f"{where}.{spec}.{key}", "unknown_key", f"unknown argument of the {spec} pruner{suffix}", value)
-        elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 0) and value != "auto":
-            _report(issues, report, f"{where}.{spec}.{key}", "wrong_type", "must be an integer >= 0", value)
-    return spec, dict(params)
-
-
-def _text(option_value, option_name, block, key, issues):
-    value = option_value if option_value is not None else block.get(key)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        report = issues.option if option_value is not None else None
-        _report(issues, report, option_name if option_value is not None else f"sweep.{key}", "wrong_type", "must be a non-empty string", value)
-        return None
-    return value.strip() if value else None
-
-
-def _report(issues, option_report, where, code, message, value):
-    """A problem with a command-line option (`option_report`) or with the block key `where`."""
-    if option_report is not None:
-        option_report(where.split(".")[0], ".".join(where.split(".")[1:]), code, message, value)
+    if option_value is not None:
+        def report(code, message):
+            issues.option("--sampler", "", code, message, name)
     else:
-        issues.block(where, code, message, value)
+        def report(code, message):
+            issues.block("sweep.sampler", code, message, name)
+    if name == "grid" and random:
+        report("conflict", "the grid sampler cannot draw from sweep.random ranges; use random, tpe, cmaes or qmc")
+    if name != "grid" and random and (repeats or 1) > 1:
+        report("conflict", "repeats need a grid: a sampler proposes each point once; raise sweep.trials instead")
+    return name

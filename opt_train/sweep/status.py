@@ -1,5 +1,6 @@
 """A trial's state on disk: `trial.json` (ok / failed / pruned, reason, exit code, wall time) beside the run's
-`final_metrics.json`, and why a run stopped, from its own `metrics.jsonl` record.
+`final_metrics.json`, and why a run stopped, from its own records: `failure.json` (`opt_train/trial.py`) and
+`metrics.jsonl`.
 
 TF-free, so `--dry-run` can say which trials a re-run would skip.
 """
@@ -12,6 +13,7 @@ import os
 
 from opt_train.atomic import read_json
 from opt_train.distributed.launcher import exit_description
+from opt_train.trial import read_failure
 
 STATUS_FILE = "trial.json"
 METRICS_FILE = "final_metrics.json"
@@ -79,14 +81,18 @@ def records_size(logdir):
 
 
 def failure_reason(log_path, exit_code, start=0, logdir=None, records_start=0):
-    """Why a trial's process failed: the run's own `stopped` record when it wrote one (diverged, overflows),
-    else its log's last `Error:` line, else the last line it wrote, else the exit code.
+    """Why a trial's process failed: its failure record (`failure.json`, the message, its lines joined by "; "),
+    else (a process that died before it could write one) the run's `stopped` record, else its log's last
+    `Error:` line, else the last line it wrote, else the exit code.
 
-    Only what was written after byte `start` of the log (`records_start` of metrics.jsonl) counts:
-    both are appended to by each attempt.
+    The driver removes the failure record before each attempt; only what was written after byte `start`
+    of the log (`records_start` of metrics.jsonl) counts: both are appended to by each attempt.
     """
     if exit_code is not None and exit_code < 0:
         return exit_description(exit_code)
+    failure = read_failure(logdir) if logdir else None
+    if failure is not None:
+        return "; ".join(line.strip() for line in failure["message"].splitlines() if line.strip())
     stopped = stop_record(logdir, "stopped", records_start) if logdir else None
     if stopped is not None:
         return f"stopped at step {stopped.get('step')}: {stopped['stopped']}"

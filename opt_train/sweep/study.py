@@ -14,7 +14,7 @@ import time
 
 from opt_train.config import ConfigError, ConfigIssue
 from opt_train.sweep.plan import render
-from opt_train.training.errors import TrainingFailed
+from opt_train.errors import TrainingFailed
 
 STUDY_FILE = "study.db"
 # Beside an SQLite study file: the lock workers take in turn to claim a trial.

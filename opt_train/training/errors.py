@@ -1,8 +1,8 @@
 """How a run ends early: the training layer's exceptions (TF-free, so the CLI can catch them cheaply)."""
 
+from opt_train.errors import PRUNED_EXIT_CODE, TrainingFailed
 
-class TrainingFailed(RuntimeError):
-    """The run started but cannot go on: diverged, too many overflows, a rank died."""
+__all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed"]
 
 
 class Interrupted(RuntimeError):
@@ -31,7 +31,5 @@ class Pruned(Interrupted):
     """
 
     def __init__(self, message):
-        from opt_train.training.pruning import PRUNED_EXIT_CODE
-
         RuntimeError.__init__(self, message)
         self.exit_code = PRUNED_EXIT_CODE

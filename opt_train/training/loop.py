@@ -121,7 +121,7 @@ class Session:
         )
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
-        from opt_train.training.tracking import start_tracker
+        from opt_train.tracking import start_tracker
 
         self.tracker = start_tracker(config, self.progress.message, enabled=self.chief and not benchmark)
         self.reporter = Reporter(config.logdir, enabled=self.chief, tracker=self.tracker)
@@ -134,7 +134,7 @@ class Session:
                                    optimizer=run.train_op.optimizer) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
-        # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py).
+        # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py, opt_train/trial.py).
         self.trial_link = trial_link()
         self.step = 0
         # Micro-batches consumed (the train op's data position), as of the last read.
@@ -181,7 +181,7 @@ class Session:
             for line in card.describe(self.run.data.task):
                 self.progress.message(line)
             if not self.benchmark:
-                from opt_train.training.hparams import write_run_hparams
+                from opt_train.board import write_run_hparams
 
                 write_run_hparams(config)  # HParams tab: every run, not only a sweep's trials
             if resume:

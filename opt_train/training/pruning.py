@@ -1,41 +1,21 @@
 """A sweep trial's link to its Optuna study: reports the metric at each evaluation and says when the pruner stops it.
 
 The sweep driver starts each trial with `OPT_TRAIN_SWEEP_TRIAL` in its environment
-(JSON: storage URL, study name, trial id, metric, pruner); outside a sweep nothing
-here is used and Optuna is never imported.
+(`opt_train/trial.py`, the contract both ends read: storage URL, study name, trial id,
+metric, pruner); outside a sweep nothing here is used and Optuna is never imported.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
-ENVIRONMENT_VARIABLE = "OPT_TRAIN_SWEEP_TRIAL"
-# The exit code of a trial its pruner stopped (0 done, 1 failed, 2 bad config).
-PRUNED_EXIT_CODE = 3
-
-
-def make_pruner(name, params=None):
-    """Optuna's pruner for the sweep's pruner `name` (none, median, asha, hyperband) with its keyword `params`."""
-    import optuna
-
-    classes = {
-        "none": optuna.pruners.NopPruner,
-        "median": optuna.pruners.MedianPruner,
-        "asha": optuna.pruners.SuccessiveHalvingPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-    }
-    return classes[name](**(params or {}))
+from opt_train.trial import description, make_pruner
 
 
 def trial_link(environ=None):
     """The `TrialLink` the environment describes, or None when this run is not a sweep trial with a pruner."""
-    text = (os.environ if environ is None else environ).get(ENVIRONMENT_VARIABLE)
-    if not text:
-        return None
-    described = json.loads(text)
-    if described.get("pruner", "none") == "none":
+    described = description(environ)
+    if described is None or described.get("pruner", "none") == "none":
         return None
     return TrialLink(**described)
 

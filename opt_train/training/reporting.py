@@ -5,7 +5,7 @@ TensorBoard, as Keras's TensorBoard callback lays it out: one run per split (`tr
 metric), so train and eval curves overlay on one card. Loss, metrics and the learning
 rate have plain tags; the gradient pipeline's bookkeeping (loss scale, overflows,
 skipped updates, gradient norms) goes under `pipeline/` and throughput under `perf/`,
-so its cards come after them. `tag()` is the one home of that naming.
+so its cards come after them. `opt_train.board.tag()` is the one home of that naming.
 
 `metrics.jsonl` holds one record per step and kind (training figures, evaluation,
 a stop): on a resume the records after the restored step (written by the run that
@@ -24,40 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train.atomic import write_json, write_text
+from opt_train.board import tag
 from opt_train.training.histograms import write_histogram
-
-
-# Tags that keep their name: what people look at first.
-_PLAIN_TAGS = ("loss", "learning_rate")
-# Throughput figures: their own card group.
-_PERF_TAGS = ("samples_per_sec",)
-# The x axis of every card, not a curve of its own.
-_NOT_PLOTTED = ("global_step",)
-
-
-def tag(name, split="train"):
-    """The TensorBoard tag of figure `name` in run `split` (None: not plotted).
-
-    Evaluation metrics and the loss keep their name, so `train/loss` and `eval/loss`
-    share a card; a name with a `/` (per-variable summaries, `larc/...`) is kept; any
-    other training statistic is the pipeline's bookkeeping (`pipeline/loss_scale`).
-    """
-    if name in _NOT_PLOTTED:
-        return None
-    if split != "train" or name in _PLAIN_TAGS or "/" in name:
-        return name
-    if name in _PERF_TAGS:
-        return f"perf/{name}"
-    return f"pipeline/{name}"
-
-
-def run_and_tag(key):
-    """Where a `final_metrics.json` key (`eval/accuracy`, `train/loss`, `skipped_steps`) is plotted: (run, tag) or None."""
-    split, _, name = key.rpartition("/")
-    if split in ("train", "eval"):
-        return split, tag(name, split)
-    plotted = tag(key)
-    return ("train", plotted) if plotted else None
 
 
 class Reporter:
@@ -67,7 +35,7 @@ class Reporter:
         self.enabled = enabled
         if not enabled:
             return
-        # Every record also goes to the experiment tracker (training/tracking.py), if any.
+        # Every record also goes to the experiment tracker (opt_train/tracking.py), if any.
         self.tracker = tracker
         self.logdir = logdir
         # Event files are made on first use: a run refused at its restore leaves none behind.

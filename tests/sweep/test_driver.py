@@ -21,7 +21,8 @@ from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.plan import SweepPlan
 from tests.support import CONFIGS, REPO, read_json, read_jsonl
 
-# Reads the trial's --set overrides; "diverges" above lr 1000, is "interrupted" at lr 13
+# Reads the trial's --set overrides; writes a failure record on its first attempt at lr 7777; "diverges"
+# above lr 1000, is "interrupted" at lr 13
 # (Ctrl-C: exit 130) and 14 (SIGTERM: exit 143) unless resumed, sleeps lr - 100 seconds
 # for lr in (100, 200), "resumes" when its logdir already has a checkpoint.
 FAKE_TRAINER = """
@@ -38,6 +39,12 @@ if 100 < lr < 200:
     time.sleep(lr - 100)
 if lr in (13, 14) and not resumed:
     sys.exit({13: 130, 14: 143}[lr])
+if lr == 7777:  # the first attempt writes a failure record; the retry dies without one
+    if not resumed:
+        json.dump({"exit_code": 1, "error": "TrainingFailed", "key": None, "code": None, "message": "first attempt"},
+                  open(os.path.join(logdir, "failure.json"), "w"))
+    print("Error: second attempt" if resumed else "Error: the log's words", file=sys.stderr)
+    sys.exit(1)
 if lr > 1000:
     print("step 10 loss nan")
     print("Error: stopped at step 10: 3 consecutive non-finite steps (the log's words)", file=sys.stderr)
@@ -103,6 +110,16 @@ def test_failed_trials_rerun_only_on_request_in_their_own_folder(make_plan):
     assert "resumed from" in open(os.path.join(failed_dir, "train.log")).read()
     assert len(again.rows) == 2  # the retry replaces the failed attempt in the table
     assert len(read_jsonl(os.path.join(plan.out, "results.jsonl"))) == 3
+
+
+@pytest.mark.slow  # two sweep runs, each starting its study
+def test_the_reason_is_the_failure_record_of_this_attempt_never_an_earlier_ones(make_plan):
+    plan = make_plan([7777])
+    (first,) = run_sweep(plan).rows
+    assert first["reason"] == "first attempt"  # the record, not the log's last Error: line
+    (again,) = run_sweep(plan, retry_failed=True).rows
+    assert again["reason"] == "second attempt"  # the driver removed the first attempt's record
+    assert not os.path.exists(os.path.join(again["logdir"], "failure.json"))
 
 
 def test_an_interrupted_trial_stays_running_and_resumes_on_the_next_run(make_plan):

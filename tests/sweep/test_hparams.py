@@ -4,7 +4,7 @@ import glob
 
 import pytest
 
-from opt_train.sweep.spec import Distribution
+from opt_train.config.sweep_block import Distribution
 
 pytest.importorskip("tensorboard")
 

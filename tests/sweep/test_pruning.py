@@ -4,7 +4,8 @@ import json
 
 import optuna
 
-from opt_train.training.pruning import ENVIRONMENT_VARIABLE, TrialLink, make_pruner, trial_link
+from opt_train.training.pruning import TrialLink, trial_link
+from opt_train.trial import ENVIRONMENT_VARIABLE, make_pruner
 
 
 def test_no_link_outside_a_sweep_or_without_a_pruner():

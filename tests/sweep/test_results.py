@@ -6,6 +6,7 @@ import signal
 from opt_train.sweep.plan import Trial
 from opt_train.sweep.results import append_result, format_table, make_record, sort_rows
 from opt_train.sweep.status import FAILED, OK, PENDING, failure_reason
+from opt_train.trial import clear_failure, read_failure, write_failure
 from tests.support import read_jsonl
 
 
@@ -50,6 +51,23 @@ def test_failure_reason_is_the_runs_own_stopped_record_of_this_attempt(tmp_path)
     log.write_text("Error: stopped at step 30: 3 consecutive non-finite updates (and more words)\n")
     assert failure_reason(log, 1, 0, str(tmp_path), start) == "stopped at step 30: 3 consecutive non-finite updates"
     assert failure_reason(log, 1, 0, str(tmp_path), records.stat().st_size).startswith("stopped at step 30: 3 consecutive non-finite updates (and")
+
+
+def test_failure_reason_is_the_trials_failure_record_before_its_log_or_records(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 30, "stopped": "3 consecutive non-finite updates"}\n')
+    log = tmp_path / "train.log"
+    log.write_text("Error: what the log says\n")
+    message = "c.yaml:3: data_params.label_column: must name a column. Received: 'nope' [unknown_name]\nsecond"
+    write_failure(str(tmp_path), 2, "ConfigError", message, key="data_params.label_column", code="unknown_name")
+    assert read_failure(str(tmp_path)) == {"exit_code": 2, "error": "ConfigError", "key": "data_params.label_column",
+                                           "code": "unknown_name", "message": message}
+    assert failure_reason(log, 2, 0, str(tmp_path)) == message.replace("\n", "; ")
+    # A process killed by a signal wrote nothing this attempt: the signal, not an old record.
+    assert failure_reason(log, -signal.SIGKILL, 0, str(tmp_path)) == "killed by SIGKILL"
+    clear_failure(str(tmp_path))
+    clear_failure(str(tmp_path))  # nothing left to remove is fine
+    assert read_failure(str(tmp_path)) is None
+    assert failure_reason(log, 1, 0, str(tmp_path)) == "stopped at step 30: 3 consecutive non-finite updates"
 
 
 def test_pruned_trials_rank_after_ok_ones_and_show_the_step_they_reached():

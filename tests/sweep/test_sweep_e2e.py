@@ -104,6 +104,31 @@ def test_a_sweep_where_every_trial_fails_exits_1(tmp_path):
     assert "every trial failed" in done.stderr
     (record,) = read_jsonl(tmp_path / "sweep" / "results.jsonl")
     assert record["status"] == "failed" and record["reason"].startswith("stopped at step")
+    # The trainer's own failure record, which the sweep read the reason from.
+    failure = read_json(os.path.join(record["logdir"], "failure.json"))
+    assert failure == {"exit_code": 1, "error": "TrainingFailed", "key": None, "code": None,
+                       "message": record["reason"]}
+
+
+def test_a_trial_refused_while_its_run_is_built_records_the_full_key(tmp_path):
+    # The config loads (the sweep checks every trial's first), but the CSV has no column
+    # `target`: only the trainer, reading the file, finds it.
+    (tmp_path / "t.csv").write_text("a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(20)))
+    config = tmp_path / "csv.yaml"
+    config.write_text(f"model: mlp\ndata: csv\ndata_params:\n  path: t.csv\n  label_column: label\n"
+                      f"batch_size_per_gpu: 4\nmax_steps: 2\nlogdir: {tmp_path / 'run'}\n")
+    out = tmp_path / "sweep"
+    command = [sys.executable, "-m", "opt_train", "sweep", "-c", str(config), "--out", str(out),
+               "--grid", "data_params.label_column=target"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr[-3000:]
+    (record,) = read_jsonl(out / "results.jsonl")
+    assert record["status"] == "failed" and record["exit_code"] == 2
+    failure = read_json(os.path.join(record["logdir"], "failure.json"))
+    assert failure["exit_code"] == 2 and failure["error"] == "ConfigError"
+    assert (failure["key"], failure["code"]) == ("data_params.label_column", "unknown_name")
+    assert "data_params.label_column: must name a column" in failure["message"]
+    assert record["reason"] == failure["message"]
 
 
 def test_a_median_pruner_stops_a_clearly_bad_trial_at_an_evaluation(tmp_path):

@@ -18,7 +18,7 @@ import os
 import time
 
 from opt_train.atomic import read_json, write_json
-from opt_train.training.hparams import leaves
+from opt_train.board import leaves
 
 PARENT_RUN_VARIABLE = "OPT_TRAIN_MLFLOW_PARENT_RUN"
 RUN_FILE = "mlflow_run.json"
@@ -219,7 +219,7 @@ class StudyRun:
 
 def _param_text(value):
     """As the config says it: `16`, `0.01`, `Adam`, a list in YAML flow style."""
-    from opt_train.training.hparams import hparam_value
+    from opt_train.board import hparam_value
 
     text = hparam_value(value) if isinstance(value, (list, tuple, dict)) else str(value)
     return text[:_PARAM_LENGTH]

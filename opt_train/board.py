@@ -1,4 +1,8 @@
-"""HParams for every run: the resolved config's scalar keys as one TensorBoard HParams session in the logdir.
+"""How a run shows in TensorBoard, for the trainer and the sweep alike: each figure's run and tag, and the
+HParams session (the resolved config's scalar keys) in the logdir.
+
+Every figure is written by `training/reporting.py` under `tag(name, split)`; the sweep's
+HParams experiment names the same (run, tag) through `run_and_tag`.
 
 The session summary sits in the logdir itself, the parent of the `train` and `eval`
 runs, as Keras's `hp.KerasCallback` places it: TensorBoard's HParams tab then takes a
@@ -12,6 +16,39 @@ from __future__ import annotations
 
 import glob
 import os
+
+# Tags that keep their name: what people look at first.
+_PLAIN_TAGS = ("loss", "learning_rate")
+# Throughput figures: their own card group.
+_PERF_TAGS = ("samples_per_sec",)
+# The x axis of every card, not a curve of its own.
+_NOT_PLOTTED = ("global_step",)
+
+
+def tag(name, split="train"):
+    """The TensorBoard tag of figure `name` in run `split` (None: not plotted).
+
+    Evaluation metrics and the loss keep their name, so `train/loss` and `eval/loss`
+    share a card; a name with a `/` (per-variable summaries, `larc/...`) is kept; any
+    other training statistic is the pipeline's bookkeeping (`pipeline/loss_scale`).
+    """
+    if name in _NOT_PLOTTED:
+        return None
+    if split != "train" or name in _PLAIN_TAGS or "/" in name:
+        return name
+    if name in _PERF_TAGS:
+        return f"perf/{name}"
+    return f"pipeline/{name}"
+
+
+def run_and_tag(key):
+    """Where a `final_metrics.json` key (`eval/accuracy`, `train/loss`, `skipped_steps`) is plotted: (run, tag) or None."""
+    split, _, name = key.rpartition("/")
+    if split in ("train", "eval"):
+        return split, tag(name, split)
+    plotted = tag(key)
+    return ("train", plotted) if plotted else None
+
 
 _EVENT_PATTERN = "events.out.tfevents.*"
 # Keys that name where a run is rather than what it is: a column of them compares nothing.

@@ -1,0 +1,224 @@
+"""The rules of the `sweep:` block (TF-free): its keys, grid, random ranges, counts, metric, mode, sampler, pruner,
+storage and study, each problem at its full key (`sweep.grid.logdir`) so `validate`, `train` and `sweep` refuse it
+alike, at its file and line.
+
+The same value rules judge the `opt-train sweep` options (`opt_train/sweep/spec.py`), which
+may complete the block (`--random N` gives the draws its ranges need): rules that need both
+sides live there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from opt_train import params as p
+from opt_train.config.issues import RuleErrors
+from opt_train.config.schema import join_key
+from opt_train.errors import ParamError
+from opt_train.suggest import UnknownNameError, closest
+from opt_train.trial import PRUNERS
+
+BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study")
+# Optuna's samplers by the names users write (opt_train/sweep/study.py maps them); pruners: opt_train/trial.py.
+SAMPLERS = ("grid", "random", "tpe", "cmaes", "qmc")
+DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
+MODES = ("min", "max")
+# Keys the sweep sets itself for every trial, so they cannot be swept.
+RESERVED_KEYS = ("logdir", "sweep")
+DEFAULT_METRIC = "eval/loss"
+# The integer keys and their smallest value (None: any integer).
+COUNTS = {"trials": 1, "seed": None, "repeats": 1}
+RESERVED_MESSAGE = "is set by the sweep for every trial and cannot be swept"
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """One `random:` range: `kind` is one of DISTRIBUTIONS; `args` its bounds or choices."""
+
+    kind: str
+    args: tuple
+
+
+def sweep_block(name, value):
+    """The config layer's rule for the `sweep` key: the block as given, or `RuleErrors` at each bad key."""
+    if value is None:
+        return None
+    _, errors = check_block(value)
+    if errors:
+        raise RuleErrors(errors)
+    return value
+
+
+def check_block(block):
+    """`(good, errors)`: the block's values that pass their rules (grid `{key: list}`, random
+    `{key: Distribution}`, pruner `(name, params)`, the rest as given) and a `ParamError` at its full key
+    for every problem."""
+    errors = []
+    if block is None:
+        return {}, errors
+    if not isinstance(block, dict):
+        return {}, [ParamError.at("sweep", "wrong_type", "must be a mapping", block)]
+    for error in p.unknown_keys(BLOCK_KEYS, block, "sweep", key_kind="sweep key"):
+        error.key = f"sweep.{error.param}"
+        errors.append(error)
+    good = {}
+    if block.get("grid") is not None:
+        good["grid"] = _grid(block["grid"], errors)
+    if block.get("random") is not None:
+        good["random"] = _random(block["random"], errors)
+    rules = {**{key: functools.partial(count, key) for key in COUNTS},
+             "metric": metric, "mode": mode, "sampler": sampler, "pruner": pruner, "storage": text, "study": text}
+    for key, rule in rules.items():
+        if key not in block:
+            continue
+        try:
+            good[key] = rule(block[key])
+        except (ParamError, RuleErrors) as problem:
+            for error in getattr(problem, "errors", [problem]):
+                error.key = error.key or join_key(f"sweep.{key}", error.param)
+                errors.append(error)
+    return good, errors
+
+
+def reserved(key):
+    """True when the sweep sets `key` itself (`logdir`, `sweep...`)."""
+    return str(key).split(".")[0] in RESERVED_KEYS
+
+
+def _grid(grid, errors):
+    if not isinstance(grid, dict):
+        errors.append(ParamError.at("sweep.grid", "wrong_type", "must map dotted config keys to lists of values", grid))
+        return {}
+    checked = {}
+    for key, values in grid.items():
+        where = f"sweep.grid.{key}"
+        if reserved(key):
+            errors.append(ParamError.at(where, "conflict", RESERVED_MESSAGE))
+        elif not isinstance(values, list):
+            errors.append(ParamError.at(where, "wrong_type", "must be a list of values", values))
+        elif not values:
+            errors.append(ParamError.at(where, "out_of_range", "must list at least one value"))
+        else:
+            checked[str(key)] = list(values)
+    return checked
+
+
+def _random(ranges, errors):
+    if not isinstance(ranges, dict):
+        errors.append(ParamError.at("sweep.random", "wrong_type", "must map dotted config keys to ranges", ranges))
+        return {}
+    checked = {}
+    for key, spec in ranges.items():
+        where = f"sweep.random.{key}"
+        if reserved(key):
+            errors.append(ParamError.at(where, "conflict", RESERVED_MESSAGE))
+            continue
+        try:
+            checked[str(key)] = parse_distribution(spec)
+        except ParamError as error:
+            errors.append(ParamError.at(where, error.code, error.message, spec))
+    return checked
+
+
+def parse_distribution(spec):
+    """`{"log_uniform": [1e-4, 1e-1]}` -> `Distribution("log_uniform", (1e-4, 1e-1))`. Raises `ParamError`."""
+    shapes = ", ".join(f"{{{name}: [...]}}" for name in DISTRIBUTIONS)
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise ParamError(None, "wrong_type", f"must be one of {shapes}", spec)
+    (kind, args), = spec.items()
+    if kind not in DISTRIBUTIONS:
+        error = UnknownNameError("range", kind, DISTRIBUTIONS)
+        raise ParamError(kind, "out_of_range", str(error), args)
+    if not isinstance(args, list):
+        raise ParamError(kind, "out_of_range", f"`{kind}` must be a list", args)
+    if kind == "choice":
+        if not args:
+            raise ParamError(kind, "out_of_range", "`choice` must list at least one value", args)
+        return Distribution(kind, tuple(args))
+    return Distribution(kind, _bounds(kind, args))
+
+
+def _bounds(kind, args):
+    def bad(rule):
+        raise ParamError(kind, "out_of_range", f"`{kind}` {rule}", args,
+                         text=f"`{kind}` {rule}. Received: {kind}={args}")
+
+    numeric = len(args) == 2 and all(p.is_number(arg) for arg in args)
+    if not numeric:
+        bad("must be [low, high] with two finite numbers")
+    low, high = args
+    if low > high:
+        bad("must have low <= high")
+    if kind == "log_uniform" and low <= 0:
+        bad("bounds must be > 0")
+    if kind == "int_uniform" and not all(isinstance(arg, int) for arg in args):
+        bad("bounds must be integers")
+    return (low, high)
+
+
+# -- value rules, for the block and the command-line options alike: each raises a ParamError --------
+
+
+def count(key, value):
+    """`trials`, `seed` or `repeats`: an integer, at least its minimum."""
+    try:
+        return p.integer(COUNTS[key], whole_floats=False)(key, value)
+    except ParamError as error:
+        error.param = None  # filed at the key itself (`sweep.trials`), not below it
+        raise
+
+
+def metric(value):
+    if not isinstance(value, str) or not value.strip():
+        raise ParamError(None, "wrong_type", "must name a metric such as eval/accuracy", value)
+    return value.strip()
+
+
+def mode(value):
+    if value not in MODES:
+        raise ParamError(None, "out_of_range", "must be min or max", value)
+    return value
+
+
+def sampler(value):
+    if value not in SAMPLERS:
+        hint = closest(str(value), SAMPLERS)
+        message = f"unknown sampler; did you mean '{hint}'?" if hint else f"unknown sampler (valid: {', '.join(SAMPLERS)})"
+        raise ParamError(None, "unknown_name", message, value)
+    return value
+
+
+def pruner(spec):
+    """`(name, keyword arguments)` from `NAME` or `{NAME: {argument: value}}`; `RuleErrors` lists every problem,
+    each below the key by `NAME.argument`."""
+    params = {}
+    if isinstance(spec, dict) and len(spec) == 1:
+        (spec, params), = spec.items()
+        params = {} if params is None else params
+    if not isinstance(spec, str) or not isinstance(params, dict):
+        raise ParamError(None, "wrong_type", "must be a pruner name or {name: {argument: value}}", spec)
+    if spec not in PRUNERS:
+        hint = closest(spec, PRUNERS)
+        message = f"unknown pruner; did you mean '{hint}'?" if hint else f"unknown pruner (valid: {', '.join(PRUNERS)})"
+        raise ParamError(None, "unknown_name", message, spec)
+    accepted = PRUNERS[spec][1]
+    errors = []
+    for key, value in params.items():
+        if key not in accepted:
+            hint = closest(str(key), accepted)
+            suffix = f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(accepted) or 'none'})"
+            errors.append(ParamError(f"{spec}.{key}", "unknown_key", f"unknown argument of the {spec} pruner{suffix}",
+                                     value))
+        elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 0) and value != "auto":
+            errors.append(ParamError(f"{spec}.{key}", "wrong_type", "must be an integer >= 0", value))
+    if errors:
+        raise RuleErrors(errors)
+    return spec, dict(params)
+
+
+def text(value):
+    """`storage`, `study`: a non-empty string (stripped)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ParamError(None, "wrong_type", "must be a non-empty string", value)
+    return value.strip()
