@@ -110,6 +110,13 @@ def as_param_error(error):
     return ParamError(None, "out_of_range", str(error).rstrip("."))
 
 
+def below(key, subkey):
+    """`key.sub` or `key[i]`: where a failure below `key` is reported (`key` itself when no sub-key)."""
+    if not subkey:
+        return key
+    return f"{key}{subkey}" if subkey.startswith("[") else f"{key}.{subkey}"
+
+
 def parent_key(dotted_key):
     """`a.b[1]` -> `a.b` -> `a` -> `''`."""
     cut = max(dotted_key.rfind("."), dotted_key.rfind("["))

@@ -19,8 +19,8 @@ import copy
 import dataclasses
 
 from opt_train import params as p
-from opt_train.config import compat, rules
-from opt_train.config.issues import ConfigIssue, as_param_error, locate, parent_key
+from opt_train.config import compat, rules, sweep_block
+from opt_train.config.issues import ConfigIssue, as_param_error, below, locate, parent_key
 from opt_train.config.rules import LarcParams
 from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
@@ -183,7 +183,7 @@ class TrainConfig:
         (), rules.python_path, "path or list of paths",
         "folders your `factory:` modules are imported from, each relative to its file")
     sweep: dict | None = key(
-        None, lambda name, value: _sweep_block(name, value), "mapping or null",
+        None, sweep_block.sweep_block, "mapping or null",
         "the `opt-train sweep` block ([sweeps](sweeps.md)), checked key by key: `sweep.grid.logdir` is "
         "refused at its line", run=False)
     # OpenSeq2Seq keys with their OpenSeq2Seq meaning (compat.py has translated their TF1 spellings).
@@ -314,17 +314,10 @@ def plain(value):
     return copy.deepcopy(value)
 
 
-def _sweep_block(name, value):
-    # config/sweep_block.py reads this module (join_key): imported when a config is checked.
-    from opt_train.config.sweep_block import sweep_block
-
-    return sweep_block(name, value)
-
-
 def join_key(key, subkey):
     """Where a sub-key failure is reported: `key.sub`, `key[i]`, or a top-level field itself."""
     if not subkey:
         return key
     if subkey in FIELD_NAMES or not key:
         return subkey
-    return f"{key}{subkey}" if subkey.startswith("[") else f"{key}.{subkey}"
+    return below(key, subkey)

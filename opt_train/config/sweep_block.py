@@ -13,8 +13,7 @@ import dataclasses
 import functools
 
 from opt_train import params as p
-from opt_train.config.issues import RuleErrors
-from opt_train.config.schema import join_key
+from opt_train.config.issues import RuleErrors, below
 from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError, closest
 from opt_train.trial import PRUNERS
@@ -76,7 +75,7 @@ def check_block(block):
             good[key] = rule(block[key])
         except (ParamError, RuleErrors) as problem:
             for error in getattr(problem, "errors", [problem]):
-                error.key = error.key or join_key(f"sweep.{key}", error.param)
+                error.key = error.key or below(f"sweep.{key}", error.param)
                 errors.append(error)
     return good, errors
 
