@@ -25,6 +25,7 @@ class Run:
     max_steps: int
     updates_per_epoch: int
     schedule: object
+    notes: tuple = ()  # one line each, printed once at the start
 
     @property
     def global_batch(self):
@@ -67,7 +68,8 @@ def build_run(config, backend, *, with_train_op=True):
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
     max_steps, updates_per_epoch = run_length(config, data)
-    run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None)
+    run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None,
+              notes=tuple(filter(None, [batch_norm_note(config, backend, model)])))
     if with_train_op:
         run.schedule, optimizer_params = learning_rate_schedule(
             config, max_steps, updates_per_epoch, constant_as_schedule=config.lr_control is not None
@@ -78,6 +80,31 @@ def build_run(config, backend, *, with_train_op=True):
             run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
+
+
+def batch_norm_note(config, backend, model):
+    """One line when replicas normalize their own batches (not one process's global batch), else None."""
+    if backend.size <= 1:
+        return None
+    local = [layer for layer in _all_layers(model)
+             if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized]
+    if not local:
+        return None
+    # Keras' synchronized batch normalization reduces its moments through tf.distribute's
+    # replica context: Horovod ranks have none, so there it stays local.
+    remedy = ("; keras.layers.BatchNormalization(synchronized=True) in your model uses the global batch"
+              if backend.strategy is not None else "")
+    return (
+        f"{len(local)} BatchNormalization layer(s) normalize each replica's own batch_size_per_gpu="
+        f"{config.batch_size_per_gpu} examples, not the global batch (as OpenSeq2Seq's towers and "
+        f"Horovod ranks do){remedy}"
+    )
+
+
+def _all_layers(layer):
+    for inner in getattr(layer, "layers", ()):
+        yield inner
+        yield from _all_layers(inner)
 
 
 def enable_determinism():

@@ -53,7 +53,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
             session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
             if not evaluate:
                 session.evaluator = None
-            for note in [warning, *backend.notes, *notes]:
+            for note in [warning, *backend.notes, *notes, *run.notes]:
                 if note:
                     session.progress.message(note)
             try:
