@@ -9,7 +9,8 @@ from tests.support import CONFIGS, read_json, read_jsonl
 
 # Run by their own tests: they need a multi-process launcher or a sweep directory.
 # tfrecord.yaml reads files its header makes first (tests/data/test_convert.py runs it that way).
-NOT_A_TRAINING_RUN = {"horovod.yaml", "sweep.yaml", "tfrecord.yaml"}
+# replicas.yaml splits the CPU into logical devices, which only a fresh process can do.
+NOT_A_TRAINING_RUN = {"horovod.yaml", "replicas.yaml", "sweep.yaml", "tfrecord.yaml"}
 
 
 # Over 10 s each on 2 cores (measured one at a time on a loaded machine: ResNet-50 171 s,
@@ -91,3 +92,24 @@ def test_diverging_run_skips_then_stops_with_exit_1(cli, tmp_path):
     assert last.startswith("Error: stopped at step") and "consecutive" in last, last
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert any("stopped" in record for record in records)
+
+
+@pytest.mark.slow
+def test_the_replicas_example_trains_on_two_replicas_in_a_fresh_process(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    job = subprocess.run(
+        [sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "replicas.yaml"),
+         *[arg for override in (f"logdir={tmp_path}", *_short_run(CONFIGS / "replicas.yaml")) for arg in ("--set", override)]],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
+    output = job.stdout + job.stderr
+    assert "num_gpus: 2: no GPU found; 2 replicas run on 2 logical CPU devices" in output
+    assert "global batch 64" in output
+    final = read_json(tmp_path / "final_metrics.json")
+    assert final["global_step"] == 150 and final["eval/accuracy"] > 0.8
