@@ -17,10 +17,6 @@ import yaml
 
 from tests.support import read_json, read_jsonl, run_python
 
-# Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("stop-figures")
-
-
 # Dropout, momentum and a decaying lr (as test_resume), reporting every 5 updates, summaries
 # every 3, an evaluation every 6 and a checkpoint every 4, so the cadences cross.
 RUN = {
