@@ -42,8 +42,9 @@ class TrainOp(tf.Module):
     that feed batches themselves. See `optimize_loss` for the returned entries.
     """
 
-    def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, freeze_variables_regex=None,
-                 summaries=(), jit_compile=False, iter_size=1, count_skipped_updates=True):
+    # No defaults for iter_size and count_skipped_updates: theirs are `optimize_loss`'s (the config keys').
+    def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, iter_size, count_skipped_updates,
+                 freeze_variables_regex=None, summaries=(), jit_compile=False):
         super().__init__(name="train_op")
         self.loss_fn = loss
         self.optimizer = optimizer
