@@ -1,9 +1,10 @@
 """Past one process: samples/s of 2 replicas and of 2 workers against one process at the same global batch.
 
-    python -m benchmarks.distributed [--quick] [--rounds 3] [--out FILE]
+    python -m benchmarks.distributed [--quick] [--rounds 3] [--config X.yaml] [--out FILE]
     python -m benchmarks.distributed --replicas 1 2 4 8 --workers 1     # a scaling table (GPUs)
 
-Each contender is `opt-train train --benchmark` on the default model as a fresh process
+Each contender is `opt-train train --benchmark` of one config (`--config`, default
+configs/default.yaml; benchmarks/cnn_distributed.yaml is the compute-bound one) as a fresh process
 (the baseline too, so every contender pays the same start-up), and its figure is the
 run's own `benchmark/samples_per_sec` (timed after the warm-up updates, all replicas'
 samples together). The contenders run in alternating rounds, so a machine that slows
