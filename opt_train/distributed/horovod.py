@@ -35,6 +35,7 @@ import urllib.error
 import urllib.request
 
 from opt_train.distributed.base import Backend, HorovodUnavailableError
+from opt_train.distributed.placement import share_cpu_threads
 
 INSTALL_COMMAND = "bash scripts/install_horovod.sh"
 # The ad-hoc key-value scope the ranks meet in before `hvd.init()`.
@@ -97,29 +98,6 @@ def _tf_variable(variable):
         "`broadcast_variables` takes tf.Variable or keras.Variable objects. "
         f"Received: {type(variable).__name__}"
     )
-
-
-def _share_cpu_threads(local_size):
-    """Gives each of `local_size` ranks on this host an equal share of its cores.
-
-    Without it every rank sizes its thread pools to all cores, so N ranks run N times
-    as many busy threads as there are cores. (On the shared 2-core CI machine the
-    difference was within the noise of a loaded host; it matters on hosts with many
-    ranks.) Leaves alone what the user set already, and a TensorFlow runtime that has
-    started (the setting is fixed then).
-    """
-    import tensorflow as tf
-
-    if local_size <= 1:
-        return
-    threads = max(1, (os.cpu_count() or 1) // local_size)
-    try:
-        if tf.config.threading.get_intra_op_parallelism_threads() == 0:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-        if tf.config.threading.get_inter_op_parallelism_threads() == 0:
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:  # the runtime is initialized: keep its settings
-        pass
 
 
 def _pin_local_gpu(local_rank):
@@ -256,7 +234,7 @@ class HorovodBackend(Backend):
         self.local_size = self._hvd.local_size()
         self.sparse_as_dense = sparse_as_dense
         if configure_devices:
-            _share_cpu_threads(self.local_size)
+            share_cpu_threads(self.local_size)
             _pin_local_gpu(self.local_rank)
 
     def allreduce(self, tensors, op="mean"):

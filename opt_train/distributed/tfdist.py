@@ -6,19 +6,22 @@ with the same global batch on a laptop and in CI). Several machines: each
 process is a worker of `MultiWorkerMirroredStrategy`, its cluster read from
 `TF_CONFIG` or SLURM's environment (`opt_train.distributed.cluster`).
 
-How a step runs (see `TrainOp` in opt_train/optimizers/pipeline.py): the
+How a step runs (see `TrainOp` in opt_train/optimizers/train_op.py): the
 forward and backward pass and the stages before the accumulation (unscale) run
 on each replica (`strategy.run`); everything from the accumulation on runs once
 per process in cross-replica context, where `allreduce` turns the per-replica
-gradients into the global mean in one grouped reduction, once per update. The
-finite check, clipping, LARC and the optimizer then see the same reduced
-gradient on every worker, so all skip together; the optimizer's update runs
-through `strategy.extended.update` (Keras's own cross-replica path), never
-through a `merge_call` inside a traced condition (keras#17429).
+gradients into the global mean in one grouped reduction, once per update: the
+one collective of an update across workers. The finite check, clipping, LARC
+and the optimizer then see the same reduced gradient on every worker, so all
+skip together; the optimizer's update runs through `strategy.extended.update`
+(Keras's own cross-replica path), never through a `merge_call` inside a traced
+condition (keras#17429).
 
 A mean over replicas of per-replica mean losses is the global batch's mean
 loss (the replicas' batches are equal, remainders dropped), and a regularizer,
-the same on every replica, counts once.
+the same on every replica, counts once. A step's loss is its process's
+replicas' mean; the loop averages it over the workers where it reports it
+(`allreduce_scalar`), once per report rather than once per micro-batch.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import os
 
 from opt_train.distributed.base import Backend
+from opt_train.distributed.placement import pin_worker_gpus, share_cpu_threads
 from opt_train.errors import ParamError
 
 # Gradients packed into one collective (tf.distribute's default, 0, sends one per variable).
@@ -111,12 +115,11 @@ class StrategyBackend(Backend):
             self._workers, self._worker, self._chief = 1, 0, True
         else:
             os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config())
-            gpus = tf.config.list_physical_devices("GPU")
-            if gpus and num_gpus:
-                if len(gpus) < num_gpus:
-                    local_devices(num_gpus)  # raises, naming num_gpus and the GPUs found
-                tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
-            elif num_gpus and num_gpus > 1:
+            # Before the strategy starts TensorFlow's runtime: the host's GPUs and cores are
+            # shared with the other workers on it (`--np N` on one machine).
+            pin_worker_gpus(num_gpus or 1, cluster.local_index, cluster.local_size)
+            share_cpu_threads(cluster.local_size)
+            if num_gpus and num_gpus > 1 and not tf.config.list_physical_devices("GPU"):
                 notes.append(f"num_gpus: {num_gpus}: no GPU found; each worker runs one replica on its CPU")
             options = tf.distribute.experimental.CommunicationOptions(
                 # One all-reduce for all gradients of an update rather than one per variable:
@@ -202,8 +205,18 @@ class StrategyBackend(Backend):
         return tensors
 
     def all_finite(self, flag):
-        # Decided on the reduced gradient, identical on every replica and worker.
-        return flag
+        """True on every worker only when `flag` (this process's verdict) is True on every worker.
+
+        Called in cross-replica context; one small collective across workers. The
+        replicas of one process share its verdict, so alone a process asks no one.
+        """
+        if self._workers <= 1:
+            return flag
+        import tensorflow as tf
+
+        failed = tf.cast(tf.logical_not(flag), tf.float32)
+        per_replica = self.strategy.experimental_distribute_values_from_function(lambda context: failed)
+        return tf.equal(self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None), 0.0)
 
     def broadcast_variables(self, variables, root_rank=0):
         # Mirrored variables are kept equal by the strategy (MWMS broadcasts the chief's

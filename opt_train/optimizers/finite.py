@@ -1,8 +1,12 @@
 """The finite check: decides once per update, on the reduced gradient, whether the update may apply.
 
-Stage 3 of the pipeline. It runs after the all-reduce, so every rank sees the
-same gradient; `backend.all_finite` makes the verdict collective anyway, so no
-rank can apply an update another rank skips. The verdict feeds the loss
+Stage 3 of the pipeline. It runs after the all-reduce, which hands every rank
+the same values (a ring all-reduce, NCCL's, Gloo's and MPI_Allreduce's alike), so
+the verdict on the reduced gradient is the same everywhere without another
+collective: an overflow on one rank reaches every rank as a non-finite reduced
+gradient, and all skip together. The loss is each rank's own (it is reduced where
+it is reported), so `on_nonfinite: stop` asks `backend.all_finite` whether every
+rank's loss was finite: all stop at the same update. The verdict feeds the loss
 scaler and is counted in the state; the gradients pass through unchanged.
 """
 
@@ -87,7 +91,8 @@ def finite_check(backend, scaler, *, on_nonfinite="skip", max_consecutive_overfl
     norm exceeds float32's range, about 1.8e19, therefore counts as an overflow.)
 
     Args:
-        backend: an `opt_train.distributed.Backend`; `all_finite` makes the verdict collective.
+        backend: an `opt_train.distributed.Backend`; under `on_nonfinite: "stop"` its
+            `all_finite` makes the loss verdict every rank's.
         scaler: the loss scaler; `scaler.update(finite, amax)` runs once per update.
         on_nonfinite: `"skip"` (count and go on) or `"stop"`: stop at a non-finite loss (extra
             input `loss_is_finite`, over the whole update), or at a non-finite gradient when
@@ -118,13 +123,14 @@ def finite_check(backend, scaler, *, on_nonfinite="skip", max_consecutive_overfl
         if on_nonfinite == "stop":
             if not getattr(scaler, "adaptive", True):
                 code = tf.where(state.skipped_steps > 0, 2, code)
-            code = tf.where(loss_is_finite, code, 1)
+            # Each rank's loss is its own: one rank's non-finite loss stops them all.
+            code = tf.where(backend.all_finite(tf.convert_to_tensor(loss_is_finite)), code, 1)
         return code
 
     def update(grads, state, variables=None, loss_is_finite=True, **extra):
         del variables, extra
         norm = global_norm(grads)
-        finite = backend.all_finite(tf.math.is_finite(norm))
+        finite = tf.math.is_finite(norm)  # of the reduced gradient: the same on every rank
         amax = global_amax(grads) if scaler.needs_amax else None
         scaler.update(finite, amax)
         skipped = tf.cast(tf.logical_not(finite), tf.int64)

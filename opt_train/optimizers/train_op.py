@@ -159,9 +159,16 @@ class TrainOp(tf.Module):
         return loss, grads
 
     def _replicated_part(self, batch):
-        """`_local_part` on every replica; the mean loss and the per-replica gradients, in variable order."""
+        """`_local_part` on every replica; this process's mean loss and the per-replica gradients, in variable order.
+
+        The loss is averaged over this process's replicas only: across workers it would
+        be a collective per micro-batch (on a small model as costly as the gradients'
+        own), while the loop reduces the figures it reports and the finite check asks
+        every worker (`backend.all_finite`) where a policy reads the loss.
+        """
         loss, present = self._strategy.run(self._local_part, args=(self.backend.split_batch(batch),))
-        loss = self._strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+        losses = self._strategy.experimental_local_results(loss)
+        loss = tf.add_n(list(losses)) / float(len(losses))
         grads, found = [], iter(present)
         for has_gradient in self._has_gradient:
             grads.append(next(found) if has_gradient else None)

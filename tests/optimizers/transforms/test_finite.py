@@ -38,13 +38,37 @@ def test_counts_skips_and_consecutive_overflows():
     assert abs(float(state.global_norm.numpy()) - 1.0) < 1e-6  # last update: norm of [1, 0, 0]
 
 
-def test_every_rank_skips_when_another_rank_overflowed():
+class NoCollective(SingleProcess):
+    """A backend whose collective verdict must not be asked for."""
+
+    def all_finite(self, flag):
+        raise AssertionError("all_finite called")
+
+
+def test_the_gradient_verdict_is_taken_on_the_reduced_gradient_without_a_collective():
+    # The all-reduce hands every rank the same values: an overflow on one rank is a
+    # non-finite reduced gradient everywhere. No collective per update besides it.
     variables = [tf.Variable(tf.zeros([2]))]
-    transform = finite_check(TwoReplicas(other_flag=tf.constant(False)), StaticLossScale(1.0))
-    state = transform.init(variables)
-    _step(transform, state, [np.float32([1.0, 2.0])], variables)
-    assert not bool(state.finite.numpy())
-    assert int(state.skipped_steps.numpy()) == 1
+    for policy in ({}, {"max_consecutive_overflows": 3}):
+        transform = finite_check(NoCollective(), StaticLossScale(1.0), **policy)
+        state = transform.init(variables)
+        _step(transform, state, [np.float32([np.inf, 2.0])], variables)
+        assert not bool(state.finite.numpy())
+        assert int(state.skipped_steps.numpy()) == 1
+
+
+def test_a_non_finite_loss_on_another_rank_stops_this_one_too():
+    # on_nonfinite: stop reads each rank's own loss; all must stop at the same update.
+    from opt_train.optimizers.loss_scaling import AutomaticLossScaler
+
+    variables = [tf.Variable(tf.zeros([2]))]
+    for other_finite, expected in ((True, None), (False, "loss is not finite")):
+        backend = TwoReplicas(other_flag=tf.constant(other_finite))
+        transform = finite_check(backend, AutomaticLossScaler("Backoff"), on_nonfinite="stop")
+        state = transform.init(variables)
+        transform.update([tf.constant([1.0, 2.0])], state, variables, loss_is_finite=tf.constant(True))
+        reason = state.stop_reason()
+        assert reason is None if expected is None else expected in reason
 
 
 def test_stop_policy_is_the_finite_stage_s_own():
