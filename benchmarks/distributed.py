@@ -13,6 +13,12 @@ contender / baseline in the same round. Targets on this 2-core CPU machine: >= 0
 for 2 replicas (logical CPU devices), >= 0.8 for 2 workers (`--np 2`): what the
 all-reduce and the strategy machinery cost on top of the same arithmetic.
 
+Beside each ratio it prints the ceiling no run of that form can beat here:
+update / (update + what the form adds to it), that addition measured alone by
+benchmarks/floors.py (2 replicas on one CPU: one more optimizer update and the
+gradients' sum; 2 workers: one all-reduce of the gradients between 2 processes).
+A missed target under its ceiling is the machine's, not the pipeline's.
+
 On a machine with GPUs, `--replicas 1 2 4 8` prints a scaling table: samples/s at
 `num_gpus: N` with `batch_size_per_gpu` fixed, against N x one GPU (the published
 anchor: ResNet-50 in TF, 8 A100s at 91.5 % of linear).
@@ -32,6 +38,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "default.yaml"
 TARGETS = {"replicas_2": 0.9, "workers_2": 0.8}
+# What each form adds to an update, measured alone by benchmarks/floors.py (its ceiling's cause).
+ADDED = {
+    "replicas_2": "one more optimizer update and the gradients' sum of {parameters:,} parameters on one CPU",
+    "workers_2": "one all-reduce of {parameters:,} parameters between 2 processes",
+}
 
 
 def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG):
@@ -60,17 +71,41 @@ def contenders(batch, replicas=(2,), workers=(2,)):
 
 
 def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=(), config=CONFIG):
-    """{name: [samples/s per round]} with the one-process baseline under "baseline"."""
+    """({name: [samples/s per round]} with the one-process baseline under "baseline", [baseline ms per update])."""
     common = list(settings)
     races = {"baseline": ([f"batch_size_per_gpu={batch}"], None), **contenders(batch, replicas, workers)}
     figures = {name: [] for name in races}
+    update_ms = []
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(rounds):
             for name, (settings, np_) in races.items():
                 logdir = Path(scratch) / f"{name}-{number}"
                 final = _train(logdir, f"max_steps={steps}", *common, *settings, np_=np_, config=config)
                 figures[name].append(final["benchmark/samples_per_sec"])
-    return figures
+                if name == "baseline":
+                    update_ms.append(final["benchmark/time_per_step"] * 1e3)
+    return figures, update_ms
+
+
+def floors(batch, settings=(), config=CONFIG):
+    """{name: what 2 replicas / 2 workers add to an update, measured alone} (benchmarks/floors.py)."""
+    found = {}
+    for name, form in (("replicas_2", "replicas"), ("workers_2", "workers")):
+        argv = [sys.executable, "-m", "benchmarks.floors", form, "--config", str(config),
+                *[arg for s in (*settings, f"batch_size_per_gpu={batch}") for arg in ("--set", s)]]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+        env.pop("TF_CONFIG", None)
+        job = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+        if job.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({job.returncode}):\n{job.stderr[-3000:]}")
+        found[name] = json.loads(job.stdout.strip().splitlines()[-1])
+    return found
+
+
+def ceilings(update_ms, found_floors):
+    """{name: the ratio no run can beat here: update / (update + what the form adds)}."""
+    update = statistics.median(update_ms)
+    return {name: update / (update + floor["added_ms"]) for name, floor in found_floors.items()}
 
 
 def ratios(figures):
@@ -82,12 +117,18 @@ def ratios(figures):
     }
 
 
-def report(figures, found):
-    lines = [f"baseline (1 process): {statistics.median(figures['baseline']):.0f} samples/s"]
+def report(figures, found, update_ms=(), found_floors=None, found_ceilings=None):
+    lines = [f"baseline (1 process): {statistics.median(figures['baseline']):.0f} samples/s"
+             + (f", {statistics.median(update_ms):.2f} ms an update" if update_ms else "")]
     for name, ratio in found.items():
         target = TARGETS.get(name)
         verdict = "" if target is None else f" (target >= {target}: {'met' if ratio >= target else 'missed'})"
-        lines.append(f"{name}: {statistics.median(figures[name]):.0f} samples/s, ratio {ratio:.3f}{verdict}")
+        line = f"{name}: {statistics.median(figures[name]):.0f} samples/s, ratio {ratio:.3f}{verdict}"
+        if found_ceilings and name in found_ceilings:
+            added = found_floors[name]["added_ms"]
+            what = ADDED[name].format(parameters=found_floors[name]["parameters"])
+            line += f"; ceiling here {found_ceilings[name]:.2f} ({what}: {added:.2f} ms)"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -102,16 +143,22 @@ def main(argv=None):
     parser.add_argument("--config", default=str(CONFIG), help="the run every contender trains (default: configs/default.yaml)")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         help="a config override for every contender, e.g. model_params.hidden_units=[1024,1024]")
+    parser.add_argument("--no-floors", dest="floors", action="store_false",
+                        help="skip the ceilings (2 replicas on one CPU, 2 workers on one machine; off for GPUs)")
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 1, 30
-    figures = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers, args.settings, args.config)
+    figures, update_ms = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers, args.settings,
+                                 args.config)
     found = ratios(figures)
-    print(report(figures, found))
+    found_floors = floors(args.batch, args.settings, args.config) if args.floors else {}
+    found_ceilings = ceilings(update_ms, found_floors) if found_floors else {}
+    print(report(figures, found, update_ms, found_floors, found_ceilings))
     results = {"figures": figures, "ratios": found, "targets": TARGETS, "quick": args.quick,
                "rounds": args.rounds, "steps": args.steps, "global_batch": args.batch, "config": args.config,
-               "settings": args.settings}
+               "settings": args.settings, "baseline_update_ms": update_ms, "floors": found_floors,
+               "ceilings": found_ceilings}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
