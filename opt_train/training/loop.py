@@ -12,13 +12,11 @@ import time
 import numpy as np
 
 from opt_train.atomic import read_json
+from opt_train.training.cadence import StopCadence
 from opt_train.training.errors import Interrupted, Pruned, TrainingFailed
 from opt_train.training.interrupt import StopRequests
 from opt_train.training.pruning import trial_link
 
-# How often (in updates) the loop reads the pipeline's stop flag. Reading it is a
-# host sync; a skipped update changes no weight, so looking every few is enough.
-STOP_CHECK_EVERY = 10
 # Stats that are bookkeeping, not figures worth a TensorBoard curve.
 _FLAGS = ("update", "applied")
 
@@ -134,6 +132,7 @@ class Session:
                                    optimizer=run.train_op.optimizer) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
+        self.cadence = StopCadence(every_update=config.on_nonfinite == "stop", adapts=run.backend.num_workers == 1)
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py, opt_train/trial.py).
         self.trial_link = trial_link()
         self.step = 0
@@ -237,7 +236,7 @@ class Session:
                 # would have been the next step (a skipped update moves no step).
                 self._stop_if_asked(at=self.step + 1)
                 continue
-            checks = self.step % self._stop_check_every == 0 or self.step == self.run.max_steps
+            checks = self.step % self.cadence.every == 0 or self.step == self.run.max_steps
             if checks:
                 self._stop_if_policy()
             if summarize:
@@ -256,7 +255,9 @@ class Session:
             if config.save_checkpoint_steps and self.step % config.save_checkpoint_steps == 0:
                 self._save()
             # samples/s measures training: evaluation and saving time is left out.
-            self._interval_start += time.perf_counter() - paused
+            paused = time.perf_counter() - paused
+            self._interval_start += paused
+            self.cadence.paused(paused)
             if self.benchmark:
                 # After the step's host work, so the warm-up's first report is not timed.
                 self.benchmark.tick(self.step, self._position)
@@ -265,11 +266,7 @@ class Session:
                 # checkpoint: a resumed run starts after them, so none is lost or merged
                 # into the next interval.
                 self._stop_if_signalled()
-
-    @property
-    def _stop_check_every(self):
-        # on_nonfinite: stop means at the first non-finite update, before anything saves it.
-        return 1 if self.config.on_nonfinite == "stop" else STOP_CHECK_EVERY
+                self.cadence.looked(self.step)
 
     def _save(self):
         """A checkpoint at this step, carrying the report interval's loss so far (all ranks call it)."""
@@ -313,7 +310,7 @@ class Session:
         """
         config = self.config
         intervals = [
-            self._stop_check_every, config.print_loss_steps, config.save_summaries_steps,
+            self.cadence.every, config.print_loss_steps, config.save_summaries_steps,
             config.eval_steps, config.save_checkpoint_steps,
         ]
         candidates = [end, *self.profiler.boundaries(self.step)]
