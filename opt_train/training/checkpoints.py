@@ -95,8 +95,11 @@ def _first_line(error):
 class Checkpoints:
     """The run's checkpoint directory (`<logdir>/checkpoints`)."""
 
-    def __init__(self, logdir, items, *, step, max_to_keep, writer=True, optional=None, collective=False):
+    def __init__(self, logdir, items, *, step, max_to_keep, writer=True, optional=None, collective=False,
+                 refused_hint=None):
         self.directory = os.path.join(logdir, "checkpoints")
+        # What the command that reads them can do when none restores (train: --no-resume; eval: its config).
+        self.refused_hint = refused_hint
         self.checkpoint = tf.train.Checkpoint(**items)
         # {item: fill()}: items a checkpoint written before they existed may lack; such a
         # checkpoint still restores whole (everything else), then `fill` sets the item.
@@ -151,7 +154,8 @@ class Checkpoints:
             newest, error = failures[0]
             raise RunRefused(
                 f"no checkpoint in {self.directory} restores into this run ({len(failures)} tried); "
-                f"{os.path.basename(newest)}: {error}. Use --no-resume to start afresh in a new folder"
+                f"{os.path.basename(newest)}: {str(error).rstrip('.')}"
+                + (f". {self.refused_hint}" if self.refused_hint else "")
             )
         return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import tensorflow as tf
 
@@ -41,7 +42,10 @@ def restore_run(config, path=None, raw_weights=False, report=None):
     run = build_run(config, get_backend(), with_train_op=averaged)
     optimizer = run.train_op.optimizer if averaged else None
     items = {"model": run.model, **({"optimizer": optimizer} if averaged else {})}
-    checkpoints = Checkpoints(config.logdir, items, step=None, max_to_keep=1, writer=False)
+    checkpoints = Checkpoints(
+        config.logdir, items, step=None, max_to_keep=1, writer=False,
+        refused_hint=f"Give the config of the run that wrote them: {os.path.join(config.logdir, 'config.yaml')}",
+    )
     try:
         # Every weight of the model (and average, with use_ema) must come from the
         # checkpoint: a checkpoint of another model must not half-load silently.

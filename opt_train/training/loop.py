@@ -116,6 +116,7 @@ class Session:
             collective=run.backend.collective_saves,
             # Checkpoints saved before the data position was one restore with the old counting's.
             optional={"micro_batches": run.train_op.fill_data_position},
+            refused_hint="Use --no-resume to start afresh in a new folder",
         )
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
         self.progress = Progress(run.max_steps, enabled=self.chief, stream=stream)
