@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check -e ".[dev,profile,mlflow]"
 bash scripts/install_horovod.sh
 bash scripts/install_postgres.sh
+bash scripts/install_sshd.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # Two workers, each handed the next test as it frees; the tests of one xdist_group (a
 # module whose tests share a trained fixture) all go to one worker, so that the fixture

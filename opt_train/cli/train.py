@@ -42,12 +42,25 @@ from opt_train.cli.common import (
     help="With --np: where the workers run (default localhost:N); other hosts by password-less ssh.",
 )
 @click.option(
+    "--ssh-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="With --hosts: the port of the other hosts' sshd (default: ssh's own, 22).",
+)
+@click.option(
+    "--ssh-identity-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="With --hosts: the private key ssh logs in to the other hosts with (default: ssh's own).",
+)
+@click.option(
     "--profile",
     default=None,
     metavar="START:END",
     help="A TensorBoard profile of updates START..END into logdir/plugins/profile (= profile_steps: [START, END]).",
 )
-def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts, profile):
+def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts, ssh_port, ssh_identity_file,
+          profile):
     """Train the model a config describes; continues the run in logdir if it is the same run."""
     if profile is not None:
         overrides = (*overrides, _profile_override(profile))
@@ -55,10 +68,13 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
         raise ConfigUsageError("--resume cannot be combined with --no-resume or --benchmark")
     if hosts and not num_proc:
         raise ConfigUsageError("--hosts needs --np N")
+    if (ssh_port or ssh_identity_file) and not hosts:
+        raise ConfigUsageError("--ssh-port and --ssh-identity-file need --hosts")
     config = load(configs, overrides)
     if num_proc:
         flags = {"--resume": resume_changed, "--no-resume": no_resume, "--benchmark": benchmark}
-        _launch(config, configs, overrides, [flag for flag, given in flags.items() if given], num_proc, hosts)
+        _launch(config, configs, overrides, [flag for flag, given in flags.items() if given], num_proc, hosts,
+                (ssh_port, ssh_identity_file))
         return
     # A sweep's trial leaves a failure record the sweep reads (opt_train/trial.py).
     with user_errors(on_failure=trial_failure_recorder(config.logdir)):
@@ -81,7 +97,7 @@ def _profile_override(text):
     return f"profile_steps=[{int(start)}, {int(end)}]"
 
 
-def _launch(config, configs, overrides, flags, num_proc, hosts):
+def _launch(config, configs, overrides, flags, num_proc, hosts, ssh):
     """`--np N`: the config checked here once, then N workers of this same command (without --np).
 
     The backend is the config's `distributed`; with none, tf workers, told so by
@@ -91,7 +107,7 @@ def _launch(config, configs, overrides, flags, num_proc, hosts):
     import sys
 
     from opt_train.distributed.cluster import cluster_from_environment
-    from opt_train.distributed.launcher import launch
+    from opt_train.distributed.launcher import Ssh, launch
     from opt_train.distributed.names import launch_backend
 
     if os.environ.get("HOROVOD_RANK"):
@@ -113,7 +129,7 @@ def _launch(config, configs, overrides, flags, num_proc, hosts):
     if workers.distributed != config.distributed:
         command += ["--set", f"distributed={workers.distributed}"]
     code, message = launch(command, num_proc, hosts=hosts, rank_timeout=config.rank_timeout_secs,
-                           backend=launch_backend(workers.distributed))
+                           backend=launch_backend(workers.distributed), ssh=Ssh(*ssh))
     if message:
         click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(code)

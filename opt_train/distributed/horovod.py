@@ -156,7 +156,7 @@ class Rendezvous:
     address, the network interface ...). Stop the server with `stop()`.
     """
 
-    def __init__(self, hosts, num_proc, verbose=False):
+    def __init__(self, hosts, num_proc, verbose=False, ssh=None):
         from horovod.runner.common.util import secret, timeout
         from horovod.runner.common.util import settings as hvd_settings
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts, parse_hosts_and_slots
@@ -166,8 +166,11 @@ class Rendezvous:
         from horovod.runner.util import network
 
         start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", "30"))
+        self.ssh_port, self.ssh_identity_file = ssh or (None, None)
         settings = hvd_settings.Settings(
             verbose=2 if verbose else 0,
+            ssh_port=self.ssh_port,
+            ssh_identity_file=self.ssh_identity_file,
             key=secret.make_secret_key(),
             start_timeout=timeout.Timeout(start_timeout, message="Timed out waiting for {activity}."),
             num_proc=num_proc,
@@ -189,14 +192,14 @@ class Rendezvous:
             for slot in plan
         ]
 
-    @staticmethod
-    def remote_argv(host, shell_command):
+    def remote_argv(self, host, shell_command):
         """The argv that runs `shell_command` on `host` as horovodrun would (ssh, or Kubeflow's exec)."""
         import shlex
 
         from horovod.runner.util.remote import get_remote_command
 
-        return shlex.split(get_remote_command(shlex.quote(shell_command), host=host))
+        return shlex.split(get_remote_command(shlex.quote(shell_command), host=host, port=self.ssh_port,
+                                              identity_file=self.ssh_identity_file))
 
     def stop(self):
         self._server.stop()

@@ -8,7 +8,8 @@ this module knows their pids, their exit statuses and whether one is stopped.
 
 One supervision path for both backends; what differs is each worker's environment,
 made by a *plan* (`plan.ranks`: `(host, is_local, environment)` per worker;
-`plan.remote_argv(host, shell_command)`; `plan.stop()`):
+`plan.remote_argv(host, shell_command)`, over ssh with the launcher's `Ssh` port and key;
+`plan.stop()`):
 - `horovod`: the environment `horovodrun --gloo` gives each rank, around a Gloo
   rendezvous server (`opt_train.distributed.horovod.Rendezvous`);
 - `tf`: a `TF_CONFIG` per worker (`TFConfigPlan`): a free port for each local worker,
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 POLL_SECONDS = 0.1
 # After the failed rank ended, the others get this long to end on their own (a
@@ -162,15 +164,35 @@ def free_ports(count, everywhere=False):
             handle.close()
 
 
+def ssh_argv(host, shell_command, ssh=None):
+    """ssh to `host` without a password prompt (as horovodrun does), running `shell_command`.
+
+    `ssh`: an `Ssh` (the port and key to use), or None for ssh's own defaults.
+    """
+    ssh = ssh or Ssh()
+    extra = [*(("-p", str(ssh.port)) if ssh.port else ()), *(("-i", ssh.identity_file) if ssh.identity_file else ())]
+    return ["ssh", *SSH_OPTIONS, *extra, host, shell_command]
+
+
+class Ssh(NamedTuple):
+    """How the launcher reaches other hosts: `port` (None: 22) and `identity_file` (None: ssh's own keys),
+    as horovodrun's `--ssh-port` and `--ssh-identity-file`."""
+
+    port: int | None = None
+    identity_file: str | None = None
+
+
 class TFConfigPlan:
     """The `TF_CONFIG` of each of `num_proc` tf.distribute workers on `hosts` (`host:slots,...`).
 
     Slots are filled host by host, in the order given (as Horovod assigns ranks). With
-    remote hosts, local workers are addressed by this machine's host name, which the
-    others can reach; all local, by `localhost`.
+    remote hosts, local workers are addressed by this machine's address on the route to
+    the first of them (`address_towards`); all local, by `localhost`. Remote workers are
+    started over `ssh`.
     """
 
-    def __init__(self, hosts, num_proc):
+    def __init__(self, hosts, num_proc, ssh=None):
+        self.ssh = ssh
         from opt_train.distributed.cluster import SLURM_PORT_BASE, launch_clusters
 
         placed = []
@@ -178,12 +200,13 @@ class TFConfigPlan:
             placed += [host] * min(slots, num_proc - len(placed))
         local = {host: is_local(host) for host in set(placed)}
         spread = not all(local.values())
+        here = address_towards(next(host for host in placed if not local[host])) if spread else None
         ports = iter(free_ports(sum(local[host] for host in placed), everywhere=spread))
         addresses, on_host = [], {}
         for host in placed:
             index = on_host[host] = on_host.get(host, -1) + 1
             if local[host]:
-                name = socket.gethostname() if spread and _loopback(host) else host
+                name = here if spread and _loopback(host) else host
                 addresses.append(f"{name}:{next(ports)}")
             else:
                 addresses.append(f"{host}:{SLURM_PORT_BASE + index}")
@@ -191,13 +214,27 @@ class TFConfigPlan:
         self.ranks = [(host, local[host], {"TF_CONFIG": json.dumps(cluster.tf_config())})
                       for host, cluster in zip(placed, self.clusters)]
 
-    @staticmethod
-    def remote_argv(host, shell_command):
-        """ssh to `host` without a password prompt (as horovodrun does), running `shell_command`."""
-        return ["ssh", *SSH_OPTIONS, host, shell_command]
+    def remote_argv(self, host, shell_command):
+        return ssh_argv(host, shell_command, self.ssh)
 
     def stop(self):
         pass
+
+
+def address_towards(host):
+    """This machine's address on its route to `host`: where workers there can reach the ones here.
+
+    Not the host name: /etc/hosts often maps it to a loopback address (Debian's
+    127.0.1.1), which would send the remote workers to themselves. A UDP socket's
+    connect picks the route and sends nothing. A host that does not resolve here
+    leaves the host name (ssh will name the problem).
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
 
 
 def _loopback(host):
@@ -214,7 +251,7 @@ class Launcher:
     """
 
     def __init__(self, command, num_proc, hosts=None, rank_timeout=60.0, out=None, err=None, env=None,
-                 backend="horovod"):
+                 backend="horovod", ssh=None):
         if backend not in NOUNS:
             raise ValueError(f"`backend` must be one of {sorted(NOUNS)}. Received: backend={backend!r}")
         self.backend = backend
@@ -226,6 +263,7 @@ class Launcher:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.env = dict(os.environ if env is None else env)
+        self.ssh = ssh or Ssh()
         self.ranks = []
         self._signal = 0
         self._lock = threading.Lock()
@@ -272,8 +310,8 @@ class Launcher:
         if self.backend == "horovod":
             from opt_train.distributed.horovod import Rendezvous
 
-            return Rendezvous(self.hosts, self.num_proc)
-        return TFConfigPlan(self.hosts, self.num_proc)
+            return Rendezvous(self.hosts, self.num_proc, ssh=self.ssh)
+        return TFConfigPlan(self.hosts, self.num_proc, ssh=self.ssh)
 
     def run(self):
         previous = {number: signal.signal(number, self._record) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -399,6 +437,7 @@ class Launcher:
         return code, f"{self.noun} {culprit.number} failed ({exit_description(culprit.code)}){detail}"
 
 
-def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None, backend="horovod"):
+def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None, backend="horovod", ssh=None):
     """Runs `command` as `num_proc` workers of `backend` (horovod, tf); returns (exit code, one-line message or None)."""
-    return Launcher(command, num_proc, hosts=hosts, rank_timeout=rank_timeout, env=env, backend=backend).run()
+    return Launcher(command, num_proc, hosts=hosts, rank_timeout=rank_timeout, env=env, backend=backend,
+                    ssh=ssh).run()
