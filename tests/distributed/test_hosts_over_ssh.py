@@ -19,30 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.distributed.test_equal_to_one_process import checkpoint_values
-from tests.support import REPO, read_jsonl
+from tests.distributed import horovod_train_worker as worker
+from tests.distributed.test_equal_to_one_process import LOSS_TOLERANCE, TOLERANCE, checkpoint_values, reported_losses
+from tests.support import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("second-host")]
 
 SSHD = "/usr/sbin/sshd"
 SSH_PORT = 2222  # not ssh's default: --ssh-port must carry it
-RUN = {
-    "model": "mlp",
-    "model_params": {"hidden_units": [16]},
-    "data": "synthetic_classification",
-    "data_params": {"num_examples": 2000, "num_features": 8, "num_classes": 4},
-    "optimizer": "Momentum",
-    "optimizer_params": {"learning_rate": 0.1, "momentum": 0.9},
-    "max_steps": 12,
-    "print_loss_steps": 4,
-    "eval_steps": None,
-    "save_summaries_steps": None,
-    "save_checkpoint_steps": 12,
-    "random_seed": 7,
-    "rank_timeout_secs": 120,
-}
 
 
 def _ip(*args, namespace=None):
@@ -111,33 +96,34 @@ def _train(config, *extra):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
-def _config(folder, name, **settings):
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({**RUN, **settings, "logdir": str(folder / name)}))
-    return path
+def _config(folder, backend):
+    """The equality suite's `plain` run: 2 workers x 16 (`workers`), or one process x 32 (None)."""
+    logdir = folder / (backend or "single")
+    return worker.write_config(worker.config_payload("plain", backend, logdir), folder / f"{logdir.name}.yaml")
 
 
 def test_a_worker_on_another_host_over_ssh_trains_the_run_of_one_process_on_the_doubled_batch(
         second_host, tmp_path):
     address, key = second_host
-    job = _train(_config(tmp_path, "hosts", batch_size_per_gpu=16), "--np", "2",
-                 "--hosts", f"localhost:1,{address}:1", "--ssh-port", str(SSH_PORT), "--ssh-identity-file", str(key))
+    job = _train(_config(tmp_path, "workers"), "--np", "2", "--hosts", f"localhost:1,{address}:1",
+                 "--ssh-port", str(SSH_PORT), "--ssh-identity-file", str(key))
     # Worker 1 listened on the other host's address (port 8888 there): the job could only
     # train with a worker behind it, started by ssh inside the namespace.
     assert job.returncode == 0, job.stdout + job.stderr
-    assert "done: step 12" in job.stdout, job.stdout
-    single = _train(_config(tmp_path, "single", batch_size_per_gpu=32))
+    assert f"done: step {worker.STEPS}" in job.stdout, job.stdout
+    single = _train(_config(tmp_path, None))
     assert single.returncode == 0, single.stderr
-    both, one = checkpoint_values(tmp_path / "hosts"), checkpoint_values(tmp_path / "single")
+    both, one = checkpoint_values(tmp_path / "workers"), checkpoint_values(tmp_path / "single")
     assert sorted(both) == sorted(one) and any(k.startswith("model_variables/") for k in one)
     for name, value in one.items():
-        np.testing.assert_allclose(both[name], value, rtol=0, atol=1e-5, err_msg=name)
-    losses = [r["loss"] for r in read_jsonl(tmp_path / "hosts" / "metrics.jsonl") if "loss" in r]
-    expected = [r["loss"] for r in read_jsonl(tmp_path / "single" / "metrics.jsonl") if "loss" in r]
-    np.testing.assert_allclose(losses, expected, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(both[name], value, rtol=0, atol=TOLERANCE, err_msg=name)
+    losses, expected = reported_losses(tmp_path / "workers"), reported_losses(tmp_path / "single")
+    assert sorted(losses) == sorted(expected)
+    for step, loss in expected.items():
+        assert losses[step] == pytest.approx(loss, rel=0, abs=LOSS_TOLERANCE), step
 
 
 def test_ssh_options_without_hosts_are_refused(tmp_path):
-    job = _train(_config(tmp_path, "alone", batch_size_per_gpu=16), "--ssh-port", "2222")
+    job = _train(_config(tmp_path, "workers"), "--ssh-port", "2222")
     assert job.returncode == 2
     assert job.stderr.strip().splitlines()[-1] == "Error: --ssh-port and --ssh-identity-file need --hosts"
