@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from opt_train.distributed.launcher import _state, exit_code
+from tests.distributed.conftest import horovodrun_argv
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
 
 horovod = pytest.mark.skipif(
@@ -188,12 +188,6 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
 # -- under horovodrun --------------------------------------------------------------------
 
 
-def _horovodrun(*command):
-    launcher = shutil.which("horovodrun")
-    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
-    return [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command]
-
-
 @pytest.mark.slow
 @horovod
 def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
@@ -202,7 +196,7 @@ def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
         sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
         "--set", "max_steps=5", "--set", f"logdir={logdir}",
     ]) + ' --set "random_seed=$HOROVOD_RANK"'
-    job = subprocess.run(_horovodrun("sh", "-c", rank_command), cwd=REPO, env=ENV, capture_output=True,
+    job = subprocess.run(horovodrun_argv("sh", "-c", rank_command), cwd=REPO, env=ENV, capture_output=True,
                          text=True, timeout=JOB_TIMEOUT_SECONDS)
     output = job.stdout + job.stderr
     assert job.returncode != 0
@@ -218,7 +212,7 @@ def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
 def test_under_horovodrun_a_stopped_rank_ends_the_job_after_rank_timeout_secs(tmp_path):
     logdir = tmp_path / "run"
     job = subprocess.Popen(
-        _horovodrun(
+        horovodrun_argv(
             sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
             "--set", "max_steps=100000", "--set", "print_loss_steps=5", "--set", "eval_steps=null",
             "--set", "save_checkpoint_steps=null", "--set", f"rank_timeout_secs={RANK_TIMEOUT}",
