@@ -15,7 +15,7 @@ import pytest
 
 from opt_train.distributed.launcher import _state, exit_code
 from tests.distributed.conftest import horovodrun_argv
-from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
+from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl, run_python
 
 horovod = pytest.mark.skipif(
     importlib.util.find_spec("horovod") is None,
@@ -99,6 +99,32 @@ def test_process_state_reads_stopped_like_ps():
 @pytest.mark.parametrize("code, expected", [(0, 0), (1, 1), (2, 2), (3, 3), (130, 130), (143, 143), (-9, 1), (134, 1)])
 def test_exit_codes_passed_on(code, expected):
     assert exit_code(code) == expected
+
+
+# What a rank's command line does once its command ended, in a fresh process without TensorFlow:
+# stand-ins for TensorFlow (loaded) and Horovod (initialized, its shutdown written down), an
+# atexit hook that writes down the interpreter's normal exit, then `opt-train --help` as a rank.
+RANK_EXIT = """
+import atexit, os, sys, types
+os.environ["HOROVOD_RANK"] = "1"
+sys.modules["tensorflow"] = types.ModuleType("tensorflow")
+horovod = types.ModuleType("horovod.tensorflow")
+horovod.is_initialized = lambda: True
+horovod.shutdown = lambda: print("horovod shut down", flush=True)
+sys.modules["horovod.tensorflow"] = horovod
+atexit.register(lambda: print("interpreter teardown", flush=True))
+sys.argv = ["opt-train", "--help"]
+from opt_train.cli.main import main
+main()
+"""
+
+
+def test_a_horovod_rank_shuts_horovod_down_and_ends_without_the_interpreters_teardown():
+    # The teardown of TensorFlow took a rank seconds after `done:` (up to ~15 s on a loaded host).
+    job = run_python(RANK_EXIT)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.splitlines()[-1] == "horovod shut down", job.stdout[-3000:]
+    assert "interpreter teardown" not in job.stdout
 
 
 # -- real ranks --------------------------------------------------------------------------
