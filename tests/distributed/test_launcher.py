@@ -322,6 +322,14 @@ time.sleep(60)
 class TestVerdicts:
     """The launcher's exit code and last line for what real ranks do."""
 
+    @pytest.fixture(autouse=True)
+    def short_grace(self, monkeypatch):
+        """The launcher gives the other ranks 0.5 s, not 5, to end on their own after one failed:
+        these sleep until ended, so the grace is only waiting here."""
+        from opt_train.distributed import launcher
+
+        monkeypatch.setattr(launcher, "GRACE_SECONDS", 0.5)
+
     def run(self, plan, tmp_path, rank_timeout=60.0, during=None):
         import io
 
