@@ -4,7 +4,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,23 +12,43 @@ from tests.distributed.test_horovod_e2e import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, 
 from tests.support import REPO, read_json
 
 pytestmark = [
+    pytest.mark.xdist_group("tfrecord-horovod"),  # both tests read one job (`layouts`)
     pytest.mark.slow,
     pytest.mark.horovod,
     pytest.mark.skipif(importlib.util.find_spec("horovod") is None,
                        reason="Horovod is not installed (bash scripts/install_horovod.sh)"),
 ]
 
-WORKER = Path(__file__).resolve().parent / "tfrecord_rank_worker.py"
+LAYOUTS = {"by_file": 4, "by_record": 1}  # files the 48 records are written to
+# Each rank runs tests/data/tfrecord_rank_worker.py once per layout, in one process: one
+# launch and one TensorFlow import per rank for both layouts (each its own records and folder).
+RANK_CODE = (
+    "import sys\n"
+    "from tests.data.tfrecord_rank_worker import main\n"
+    "for params_path, outdir in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+    "    main(params_path, outdir)\n"
+)
 
 
-@pytest.mark.parametrize("files", [4, 1], ids=["by_file", "by_record"])
-def test_two_ranks_read_every_record_once_per_epoch(tmp_path, files):
-    write_records(tmp_path, files=files, per_file=48 // files)
-    (tmp_path / "params.json").write_text(json.dumps(params(tmp_path)))
-    job = subprocess.run(horovodrun_argv(sys.executable, str(WORKER), str(tmp_path / "params.json"), str(tmp_path)),
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    """{layout: folder}: the records of each layout, and what each rank read from them, in one horovodrun job."""
+    folders = {}
+    arguments = []
+    for name, files in LAYOUTS.items():
+        folder = folders[name] = tmp_path_factory.mktemp(name)
+        write_records(folder, files=files, per_file=48 // files)
+        (folder / "params.json").write_text(json.dumps(params(folder)))
+        arguments += [str(folder / "params.json"), str(folder)]
+    job = subprocess.run(horovodrun_argv(sys.executable, "-c", RANK_CODE, *arguments),
                          cwd=REPO, env=LAUNCH_ENV, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    ranks = [read_json(tmp_path / f"rank{r}.json") for r in (0, 1)]
+    return folders
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_two_ranks_read_every_record_once_per_epoch(layouts, layout):
+    ranks = [read_json(layouts[layout] / f"rank{r}.json") for r in (0, 1)]
     assert all(r["size"] == 2 and r["steps_per_epoch"] == 6 for r in ranks)
     for epoch in (0, 1):
         seen = [i for r in ranks for i in r["ids"][epoch * 24:(epoch + 1) * 24]]

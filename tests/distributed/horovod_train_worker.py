@@ -131,7 +131,8 @@ def recording(backend):
 
 
 def train_run(config_path, backend):
-    """Trains one run with a `recording` backend.
+    """Trains one run with a `recording` backend, without evaluations (`--mode train`): the tests
+    compare weights, optimizer state, reported losses and skipped updates, which it leaves as they are.
 
     Returns:
         (final metrics, initial variable values, final variable values).
@@ -139,7 +140,7 @@ def train_run(config_path, backend):
     from opt_train.config import load_config
     from opt_train.training import train
 
-    final = train(load_config([str(config_path)]), resume=False, backend=backend)
+    final = train(load_config([str(config_path)]), resume=False, backend=backend, evaluate=False)
     return final, backend.initial_values, [np.array(v.numpy()) for v in backend.kept_variables]
 
 

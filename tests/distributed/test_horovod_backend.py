@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_worker as worker
+from tests.distributed.conftest import horovodrun_argv
 
 pytestmark = [
     pytest.mark.xdist_group("horovod-backend"),
@@ -30,18 +30,10 @@ REPO = WORKER.parents[2]
 JOB_TIMEOUT_SECONDS = 300
 
 
-def horovodrun_command(num_ranks, *args):
-    """`horovodrun -np N -H localhost:N --gloo python ARGS...` from the installed Horovod."""
-    launcher = shutil.which("horovodrun")
-    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
-    return [*launch, "-np", str(num_ranks), "-H", f"localhost:{num_ranks}", "--gloo",
-            sys.executable, *args]
-
-
 def run_job(num_ranks, *args, extra_env=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO), **(extra_env or {}))
     return subprocess.run(
-        horovodrun_command(num_ranks, *args), cwd=REPO, env=env, capture_output=True,
+        horovodrun_argv(sys.executable, *args, ranks=num_ranks), cwd=REPO, env=env, capture_output=True,
         text=True, timeout=JOB_TIMEOUT_SECONDS,
     )
 

@@ -27,6 +27,9 @@ pytestmark = [
 
 # This checkout's opt_train (the `opt-train` console script may belong to another install).
 OPT_TRAIN = (sys.executable, "-m", "opt_train")
+# The tests that read the session's `horovod_runs` go to the xdist worker of the other tests
+# that read it (tests/distributed/test_equal_to_one_process.py), which trains it once.
+shares_horovod_runs = pytest.mark.xdist_group("distributed-equal")
 
 
 def assert_same_values(actual, expected, atol):
@@ -35,6 +38,7 @@ def assert_same_values(actual, expected, atol):
         np.testing.assert_allclose(a, e, rtol=0, atol=atol, err_msg=f"variable #{i}")
 
 
+@shares_horovod_runs
 @pytest.mark.parametrize("name", list(worker.HOROVOD_RUNS))
 def test_both_ranks_end_with_identical_weights(horovod_runs, name):
     final_0, values_0 = horovod_runs(name, 0)
@@ -43,6 +47,7 @@ def test_both_ranks_end_with_identical_weights(horovod_runs, name):
     assert_same_values(values_1, values_0, atol=0)
 
 
+@shares_horovod_runs
 def test_the_skipped_update_does_not_count_toward_max_steps_on_any_rank(horovod_runs):
     """OpenSeq2Seq's counting under Horovod: the ranks skip the same update (the verdict is
     collective), so each applies max_steps updates and reads one update's batches more."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from opt_train.distributed.launcher import _state, exit_code
-from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
+from tests.distributed.conftest import horovodrun_argv
+from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl, run_python
 
 horovod = pytest.mark.skipif(
     importlib.util.find_spec("horovod") is None,
@@ -99,6 +99,32 @@ def test_process_state_reads_stopped_like_ps():
 @pytest.mark.parametrize("code, expected", [(0, 0), (1, 1), (2, 2), (3, 3), (130, 130), (143, 143), (-9, 1), (134, 1)])
 def test_exit_codes_passed_on(code, expected):
     assert exit_code(code) == expected
+
+
+# What a rank's command line does once its command ended, in a fresh process without TensorFlow:
+# stand-ins for TensorFlow (loaded) and Horovod (initialized, its shutdown written down), an
+# atexit hook that writes down the interpreter's normal exit, then `opt-train --help` as a rank.
+RANK_EXIT = """
+import atexit, os, sys, types
+os.environ["HOROVOD_RANK"] = "1"
+sys.modules["tensorflow"] = types.ModuleType("tensorflow")
+horovod = types.ModuleType("horovod.tensorflow")
+horovod.is_initialized = lambda: True
+horovod.shutdown = lambda: print("horovod shut down", flush=True)
+sys.modules["horovod.tensorflow"] = horovod
+atexit.register(lambda: print("interpreter teardown", flush=True))
+sys.argv = ["opt-train", "--help"]
+from opt_train.cli.main import main
+main()
+"""
+
+
+def test_a_horovod_rank_shuts_horovod_down_and_ends_without_the_interpreters_teardown():
+    # The teardown of TensorFlow took a rank seconds after `done:` (up to ~15 s on a loaded host).
+    job = run_python(RANK_EXIT)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.splitlines()[-1] == "horovod shut down", job.stdout[-3000:]
+    assert "interpreter teardown" not in job.stdout
 
 
 # -- real ranks --------------------------------------------------------------------------
@@ -188,12 +214,6 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
 # -- under horovodrun --------------------------------------------------------------------
 
 
-def _horovodrun(*command):
-    launcher = shutil.which("horovodrun")
-    launch = [launcher] if launcher else [sys.executable, "-m", "horovod.runner.launch"]
-    return [*launch, "-np", "2", "-H", "localhost:2", "--gloo", *command]
-
-
 @pytest.mark.slow
 @horovod
 def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
@@ -202,7 +222,7 @@ def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
         sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
         "--set", "max_steps=5", "--set", f"logdir={logdir}",
     ]) + ' --set "random_seed=$HOROVOD_RANK"'
-    job = subprocess.run(_horovodrun("sh", "-c", rank_command), cwd=REPO, env=ENV, capture_output=True,
+    job = subprocess.run(horovodrun_argv("sh", "-c", rank_command), cwd=REPO, env=ENV, capture_output=True,
                          text=True, timeout=JOB_TIMEOUT_SECONDS)
     output = job.stdout + job.stderr
     assert job.returncode != 0
@@ -218,7 +238,7 @@ def test_ranks_given_different_configs_stop_at_start_naming_the_key(tmp_path):
 def test_under_horovodrun_a_stopped_rank_ends_the_job_after_rank_timeout_secs(tmp_path):
     logdir = tmp_path / "run"
     job = subprocess.Popen(
-        _horovodrun(
+        horovodrun_argv(
             sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
             "--set", "max_steps=100000", "--set", "print_loss_steps=5", "--set", "eval_steps=null",
             "--set", "save_checkpoint_steps=null", "--set", f"rank_timeout_secs={RANK_TIMEOUT}",
@@ -301,6 +321,14 @@ time.sleep(60)
 @horovod
 class TestVerdicts:
     """The launcher's exit code and last line for what real ranks do."""
+
+    @pytest.fixture(autouse=True)
+    def short_grace(self, monkeypatch):
+        """The launcher gives the other ranks 0.5 s, not 5, to end on their own after one failed:
+        these sleep until ended, so the grace is only waiting here."""
+        from opt_train.distributed import launcher
+
+        monkeypatch.setattr(launcher, "GRACE_SECONDS", 0.5)
 
     def run(self, plan, tmp_path, rank_timeout=60.0, during=None):
         import io

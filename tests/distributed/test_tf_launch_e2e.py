@@ -3,7 +3,8 @@
 2 workers equal one process on the doubled batch; a SIGKILLed or SIGSTOPped worker ends
 the job naming it; SIGTERM to the launcher stops every worker at one update with a
 checkpoint there. Skipped until the tf backend (`opt_train/distributed/tfdist.py`) is in
-this checkout.
+this checkout. The one-process references train in this process (`cli`): what they are
+compared on is what they wrote, not how their process was started.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def model_weights(logdir):
             if key.startswith(("model_variables/", "optimizer/", "global_step/"))}
 
 
-def test_two_workers_equal_one_process_on_the_doubled_batch(tmp_path):
+def test_two_workers_equal_one_process_on_the_doubled_batch(tmp_path, cli):
     import numpy as np
 
     config = config_file(tmp_path)
@@ -83,9 +84,8 @@ def test_two_workers_equal_one_process_on_the_doubled_batch(tmp_path):
     assert job.returncode == 0, output[-4000:]
     assert "global batch 32" in job.stdout
     assert "[worker 1] step" not in job.stdout  # progress from worker 0 alone
-    job, output = run(opt_train("train", "--config", config, "--set", "batch_size_per_gpu=32",
-                                "--set", f"logdir={tmp_path / 'one'}"))
-    assert job.returncode == 0, output[-4000:]
+    one = cli("train", "--config", config, "--set", "batch_size_per_gpu=32", "--set", f"logdir={tmp_path / 'one'}")
+    assert one.exit_code == 0, one.output[-4000:]
     two, one = losses(tmp_path / "np2"), losses(tmp_path / "one")
     assert sorted(two) == sorted(one) == [5, 10, 15, 20]
     for step in one:
@@ -128,24 +128,27 @@ def start_long_run(tmp_path, *extra):
     raise AssertionError("training did not start: " + (job.communicate()[0] or "")[-3000:])
 
 
-@pytest.mark.parametrize("sig, words", [
-    (signal.SIGKILL, "worker 1 failed (killed by SIGKILL)"),
-    (signal.SIGSTOP, "worker 1 hung: stopped, not answering the other workers"),
-])
-def test_a_dead_or_hung_worker_ends_the_job_naming_it(tmp_path, sig, words):
+def assert_ended_naming(job, output, logdir, words):
+    """The launcher exited 1, its last line the error naming the worker, and no worker is left."""
+    assert job.returncode == 1, output[-4000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and words in last, output[-4000:]
+    assert worker_pid(0, str(logdir)) is None and worker_pid(1, str(logdir)) is None
+
+
+# A dead (SIGKILLed) worker: test_a_killed_worker_and_the_job_run_again_end_as_one_uninterrupted_process,
+# whose first run is ended that way, asserts the same of it.
+def test_a_hung_worker_ends_the_job_naming_it(tmp_path):
     job, logdir = start_long_run(tmp_path, "--set", "save_checkpoint_steps=null",
                                  "--set", f"rank_timeout_secs={RANK_TIMEOUT}")
     try:
         pid = worker_pid(1, str(logdir))
         assert pid is not None, "worker 1's process not found"
-        os.kill(pid, sig)
+        os.kill(pid, signal.SIGSTOP)
         output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
     finally:
         job.kill()
-    assert job.returncode == 1, output[-4000:]
-    last = output.strip().splitlines()[-1]
-    assert last.startswith("Error: ") and words in last, output[-4000:]
-    assert worker_pid(0, str(logdir)) is None and worker_pid(1, str(logdir)) is None
+    assert_ended_naming(job, output, logdir, "worker 1 hung: stopped, not answering the other workers")
 
 
 def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
@@ -165,10 +168,10 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
     assert "Traceback" not in output and "Error:" not in output
 
 
-def test_a_killed_worker_and_the_job_run_again_end_as_one_uninterrupted_process(tmp_path):
-    """SIGKILL one worker mid-run; the same command again resumes from the last checkpoint, and
-    the run ends at the same step count, weights and reported losses as one process on the
-    doubled batch that was never stopped."""
+def test_a_killed_worker_and_the_job_run_again_end_as_one_uninterrupted_process(tmp_path, cli):
+    """SIGKILL one worker mid-run: the job ends naming it; the same command again resumes from
+    the last checkpoint, and the run ends at the same step count, weights and reported losses
+    as one process on the doubled batch that was never stopped."""
     import numpy as np
 
     config = config_file(tmp_path)
@@ -190,16 +193,16 @@ def test_a_killed_worker_and_the_job_run_again_end_as_one_uninterrupted_process(
         output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
     finally:
         job.kill()
-    assert job.returncode == 1, output[-4000:]
+    assert_ended_naming(job, output, logdir, "worker 1 failed (killed by SIGKILL)")
     killed_at = max(record.get("step", 0) for record in read_jsonl(logdir / "metrics.jsonl"))
     assert killed_at < 300, "the kill came after the end"
 
     again, output = run(argv)
     assert again.returncode == 0, output[-4000:]
     assert "resumed from" in output, output[-4000:]
-    one, output = run(opt_train("train", "--config", config, *settings, "--set", "batch_size_per_gpu=32",
-                                "--set", f"logdir={tmp_path / 'one'}"))
-    assert one.returncode == 0, output[-4000:]
+    one = cli("train", "--config", config, *settings, "--set", "batch_size_per_gpu=32",
+              "--set", f"logdir={tmp_path / 'one'}")
+    assert one.exit_code == 0, one.output[-4000:]
     assert read_json(logdir / "final_metrics.json")["global_step"] == 300
     resumed, uninterrupted = losses(logdir), losses(tmp_path / "one")
     assert sorted(resumed) == sorted(uninterrupted) == list(range(20, 301, 20))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from opt_train.distributed import launcher as launcher_module
 from opt_train.distributed.launcher import Launcher, TFConfigPlan, _state
 from tests.support import REPO
 
@@ -49,6 +50,13 @@ def _alive(pid):
 
 
 # -- the launcher, backend tf, on real worker processes ----------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def short_grace(monkeypatch):
+    """A launcher in this process gives the other workers 0.5 s, not 5, to end on their own after one
+    failed: the stand-ins sleep until ended (`wait`), so the grace is only waiting here."""
+    monkeypatch.setattr(launcher_module, "GRACE_SECONDS", 0.5)
 
 
 def launch(plan, tmp_path, num_proc=2, rank_timeout=60.0, during=None):
@@ -208,6 +216,7 @@ def test_np_with_distributed_horovod_starts_horovod_ranks(tmp_path, config_text)
     assert seen[1]["argv"][1:] == ["-m", "opt_train", "train", "--config", str(config)]
 
 
+@pytest.mark.slow  # the real launcher's 5 s grace for worker 0, which sleeps until ended
 def test_np_names_the_failed_worker_in_its_last_line(tmp_path):
     job, _ = run_np(tmp_path, plan={0: "wait", 1: "fail"})
     assert job.returncode == 1
@@ -215,6 +224,7 @@ def test_np_names_the_failed_worker_in_its_last_line(tmp_path):
     assert "Traceback" not in job.stdout + job.stderr
 
 
+@pytest.mark.slow  # the real launcher's 5 s grace for worker 0, which sleeps until ended
 def test_np_hands_rank_timeout_secs_to_the_launcher(tmp_path):
     job, _ = run_np(tmp_path, plan={0: "wait", 1: "stop"}, extra=("--set", "rank_timeout_secs=1"))
     assert job.returncode == 1
