@@ -75,13 +75,41 @@ def test_a_python_config_is_never_run_and_points_at_convert(tmp_path):
     assert not marker.exists()
 
 
+@pytest.fixture
+def main_here(capsys):
+    """`opt_train.cli.main.main(args)` in this process: `(exit code, stdout, stderr)`.
+
+    main() silences TensorFlow's and absl's loggers (opt_train.quiet); their levels are put back.
+    """
+    import logging
+
+    from absl import logging as absl_logging
+
+    from opt_train.cli.main import main
+
+    loggers = [logging.getLogger(name) for name in ("tensorflow", "absl")]
+    levels, verbosity = [logger.level for logger in loggers], absl_logging.get_verbosity()
+
+    def run(*args):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stop:
+            main([str(arg) for arg in args])
+        out, err = capsys.readouterr()
+        return stop.value.code, out, err
+
+    yield run
+    for logger, level in zip(loggers, levels):
+        logger.setLevel(level)
+    absl_logging.set_verbosity(verbosity)
+
+
 @pytest.mark.slow
-def test_run_py_command_line_trains_with_its_overrides(write_config, tmp_path):
+def test_run_py_command_line_trains_with_its_overrides(main_here, tmp_path, write_config):
     config = write_config(RUN)
-    done = _main(f"--config_file={config}", "--mode=train", "--optimizer_params/momentum=0.5",
-                 "--use_horovod=False", "--enable_logs")
-    assert done.returncode == 0 and "exit 0" in done.stdout, done.stderr
-    assert "note: --enable_logs: " in done.stderr
+    code, _, stderr = main_here(f"--config_file={config}", "--mode=train", "--optimizer_params/momentum=0.5",
+                                "--use_horovod=False", "--enable_logs")
+    assert code == 0, stderr
+    assert "note: --enable_logs: " in stderr
     run = tmp_path / "run"
     assert yaml.safe_load((run / "config.yaml").read_text())["optimizer_params"]["momentum"] == 0.5
     final = read_json(run / "final_metrics.json")

@@ -12,6 +12,9 @@ import yaml
 
 from opt_train.data import normalization
 
+# Two tests read one trained run (a module fixture): one xdist worker runs them (scripts/test.sh: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("credit-csv")
+
 
 def write_credit_csv(path, n=2000, seed=0):
     """A real-looking tabular task: income in tens of thousands, age in years, a ratio; labels good / bad.
@@ -65,13 +68,26 @@ def _config(tmp_path, **data_params):
     return path
 
 
-@pytest.mark.slow
-def test_raw_csv_learns_with_default_mlp_and_not_without_normalization(tmp_path, cli):
-    write_credit_csv(tmp_path / "credit.csv")
-    result = cli("train", "--config", _config(tmp_path))
+@pytest.fixture(scope="module")
+def credit_run(tmp_path_factory):
+    """The credit CSV trained with the default MLP (normalized): `(folder, config, rows, labels, output)`."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    folder = tmp_path_factory.mktemp("credit")
+    x, labels = write_credit_csv(folder / "credit.csv")
+    config = _config(folder)
+    result = CliRunner().invoke(cli, ["train", "--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "labels (class id = value in the data): 0=bad, 1=good" in result.output
-    final = json.loads((tmp_path / "run" / "final_metrics.json").read_text())
+    return folder, config, x, labels, result.output
+
+
+@pytest.mark.slow
+def test_raw_csv_learns_with_default_mlp_and_not_without_normalization(tmp_path, cli, credit_run):
+    folder, _, _, _, output = credit_run
+    assert "labels (class id = value in the data): 0=bad, 1=good" in output
+    final = json.loads((folder / "run" / "final_metrics.json").read_text())
     assert final["eval/accuracy"] >= 0.9, final
 
     off = tmp_path / "off"
@@ -84,20 +100,19 @@ def test_raw_csv_learns_with_default_mlp_and_not_without_normalization(tmp_path,
 
 
 @pytest.mark.slow
-def test_predict_and_plain_savedmodel_take_raw_rows_and_answer_in_labels(tmp_path, cli):
-    x, labels = write_credit_csv(tmp_path / "credit.csv")
-    config = _config(tmp_path)
-    assert cli("train", "--config", config).exit_code == 0
+def test_predict_and_plain_savedmodel_take_raw_rows_and_answer_in_labels(tmp_path, cli, credit_run):
+    folder, config, x, labels, _ = credit_run
+    run = folder / "run"
 
     # The saved statistics are the train split's, recomputed here with NumPy.
     from opt_train.data import arrays
 
     train_idx, _ = arrays.split_indices(len(x), 0.2, seed=0)
-    saved = json.loads((tmp_path / "run" / "data.json").read_text())
+    saved = json.loads((run / "data.json").read_text())
     assert saved["labels"] == ["bad", "good"]
     np.testing.assert_allclose(saved["normalization"]["mean"], x[train_idx].mean(axis=0), rtol=1e-6)
     np.testing.assert_allclose(saved["normalization"]["variance"], x[train_idx].var(axis=0), rtol=1e-6)
-    assert json.loads((tmp_path / "run" / "export" / "data.json").read_text()) == saved
+    assert json.loads((run / "export" / "data.json").read_text()) == saved
 
     np.savez(tmp_path / "rows.npz", x=x.astype(np.float32))
     result = cli("predict", "--config", config, "--input", tmp_path / "rows.npz", "--output", tmp_path / "out.npz")
@@ -110,11 +125,11 @@ def test_predict_and_plain_savedmodel_take_raw_rows_and_answer_in_labels(tmp_pat
     # No opt_train in this process: the SavedModel alone standardises and names the labels.
     script = textwrap.dedent(f"""
         import sys, numpy as np, tensorflow as tf, keras
-        loaded = tf.saved_model.load({str(tmp_path / "run" / "export" / "saved_model")!r})
+        loaded = tf.saved_model.load({str(run / "export" / "saved_model")!r})
         rows = np.load({str(tmp_path / "rows.npz")!r})["x"]
         out = loaded.signatures["serving_default"](inputs=tf.constant(rows))
         np.save({str(tmp_path / "served.npy")!r}, out["labels"].numpy().astype(str))
-        model = keras.models.load_model({str(tmp_path / "run" / "export" / "model.keras")!r})
+        model = keras.models.load_model({str(run / "export" / "model.keras")!r})
         np.save({str(tmp_path / "keras.npy")!r}, model.predict(rows, verbose=0))
         np.save({str(tmp_path / "outputs.npy")!r}, out["outputs"].numpy())
         assert not any(name.startswith("opt_train") for name in sys.modules)

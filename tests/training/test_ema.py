@@ -12,6 +12,9 @@ import tensorflow as tf
 
 from tests.support import SMALL_RUN
 
+# Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("ema-run")
+
 MOMENTUM = 0.9
 RUN = {**SMALL_RUN, "optimizer": "GradientDescent",
        "optimizer_params": {"learning_rate": 0.5, "use_ema": True, "ema_momentum": MOMENTUM},
@@ -27,14 +30,29 @@ def _checkpoints(logdir):
     return {int(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE")): reader for reader in readers}
 
 
-def test_eval_and_export_use_the_average_which_the_checkpoint_holds_beside_the_weights(cli, write_config, tmp_path):
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory):
+    """RUN trained once for the module: `(config, logdir, output of the train command)`; its tests only read it."""
+    import yaml
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    folder = tmp_path_factory.mktemp("ema")
+    config = folder / "config.yaml"
+    config.write_text(yaml.safe_dump({**RUN, "logdir": str(folder / "run")}, sort_keys=False))
+    result = CliRunner().invoke(cli, ["train", "--config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return config, folder / "run", result.output
+
+
+def test_eval_and_export_use_the_average_which_the_checkpoint_holds_beside_the_weights(ema_run):
     import keras
 
-    result = cli("train", "--config", write_config(RUN))
-    assert result.exit_code == 0, result.output
-    assert "eval at step 2 (EMA weights):" in result.output and "eval at step 4 (EMA weights):" in result.output
-    assert "saved_model/ (EMA weights)" in result.output
-    readers = _checkpoints(tmp_path / "run")
+    _, logdir, output = ema_run
+    assert "eval at step 2 (EMA weights):" in output and "eval at step 4 (EMA weights):" in output
+    assert "saved_model/ (EMA weights)" in output
+    readers = _checkpoints(logdir)
     assert sorted(readers) == [1, 2, 3, 4]
     average = None
     for step in (1, 2, 3, 4):
@@ -45,14 +63,13 @@ def test_eval_and_export_use_the_average_which_the_checkpoint_holds_beside_the_w
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
     final_raw = [readers[4].get_tensor(name) for name in RAW]
     assert not np.allclose(final_raw[0], held[0])  # training goes on with the raw weights: both are kept
-    exported = keras.saving.load_model(tmp_path / "run" / "export" / "model.keras").get_weights()
+    exported = keras.saving.load_model(logdir / "export" / "model.keras").get_weights()
     for expected, got in zip(average, exported):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
 
 
-def test_resume_is_exact_with_ema(cli, write_config, tmp_path):
-    assert cli("train", "--config", write_config(RUN, "whole.yaml")).exit_code == 0
-    whole = _checkpoints(tmp_path / "run")[4]
+def test_resume_is_exact_with_ema(cli, write_config, tmp_path, ema_run):
+    whole = _checkpoints(ema_run[1])[4]  # RUN without a stop
     legs = {**RUN, "logdir": str(tmp_path / "legs")}
     assert cli("train", "--config", write_config({**legs, "max_steps": 2}, "first.yaml")).exit_code == 0
     assert cli("train", "--config", write_config(legs, "second.yaml")).exit_code == 0
@@ -71,14 +88,12 @@ def _numpy_average(readers, last):
 
 
 @pytest.mark.slow
-def test_eval_and_export_from_a_checkpoint_use_the_average_unless_raw_weights_is_asked(cli, write_config, tmp_path):
+def test_eval_and_export_from_a_checkpoint_use_the_average_unless_raw_weights_is_asked(cli, tmp_path, ema_run):
     import json
 
     import keras
 
-    config = write_config(RUN)
-    assert cli("train", "--config", config).exit_code == 0
-    logdir = tmp_path / "run"
+    config, logdir, _ = ema_run
     readers = _checkpoints(logdir)
 
     def exported(*args):

@@ -17,6 +17,8 @@ CASES = {
     "one_element": np.array([2.5], np.float32),
     "empty": np.zeros((0, 5), np.float32),
     "with_nan": np.array([1.0, np.nan, -2.0, 3.0, 0.5], np.float32),
+    # An overflowing float16 gradient, summarized before its update is skipped.
+    "with_inf": np.array([1.0, np.inf, -2.0, -np.inf], np.float32),
 }
 
 
@@ -52,3 +54,12 @@ def test_tensorboard_reads_the_event_as_a_histogram(tmp_path):
     written, expected = tf.make_ndarray(event.tensor_proto), buckets(tf.constant(CASES["normal"])).numpy()
     np.testing.assert_array_equal(written[:, 2], expected[:, 2])
     np.testing.assert_allclose(written, expected, rtol=1e-12, atol=0)
+
+
+def test_a_histogram_is_a_straight_graph_of_a_few_ops():
+    """Per-variable summaries trace one histogram per tensor: each is a few ops and no control flow
+    (the plugin's tf.conds, with tf.linspace inside one, made each several graphs to trace)."""
+    graph = tf.function(buckets).get_concrete_function(tf.TensorSpec([None, None], tf.float32)).graph
+    operations = graph.get_operations()
+    assert not {op.type for op in operations} & {"If", "StatelessIf", "While", "StatelessWhile"}
+    assert len(operations) <= 60, sorted(op.type for op in operations)

@@ -33,8 +33,15 @@ def trained(train_logdir, tmp_path):
     return train_logdir(tmp_path, RUN)
 
 
-def test_a_changed_config_is_refused_before_anything_is_touched(cli, trained):
-    config, logdir = trained
+@pytest.fixture(scope="module")
+def untouched(train_logdir, tmp_path_factory):
+    """One trained run shared by the tests that leave its logdir as it was (each asserts so):
+    refused commands, and runs started afresh beside it."""
+    return train_logdir(tmp_path_factory.mktemp("untouched"), RUN)
+
+
+def test_a_changed_config_is_refused_before_anything_is_touched(cli, untouched):
+    config, logdir = untouched
     before = _files(logdir)
     result = cli("train", "--config", config, "--set", "optimizer_params.learning_rate=0.5",
                  "--set", "max_steps=9")
@@ -59,9 +66,9 @@ def test_raising_max_steps_continues_and_resume_accepts_a_changed_rate(cli, trai
 
 
 @pytest.mark.parametrize("change", [["--set", "optimizer=SGD"], ["--set", "model_params.hidden_units=[12]"]])
-def test_resume_refuses_a_checkpoint_that_does_not_fit_and_keeps_config_yaml(cli, trained, change):
+def test_resume_refuses_a_checkpoint_that_does_not_fit_and_keeps_config_yaml(cli, untouched, change):
     """Adam's slots have no place in SGD; an 8-unit layer none in a 12-unit one: exit 2, nothing rewritten."""
-    config, logdir = trained
+    config, logdir = untouched
     before = _files(logdir)
     result = cli("train", "--config", config, "--resume", "--set", "max_steps=9", *change)
     assert result.exit_code == 2, result.output
@@ -69,8 +76,8 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_and_keeps_config_yaml(cli
     assert _files(logdir) == before
 
 
-def test_no_resume_and_benchmark_start_afresh_beside_a_run_and_leave_it_alone(cli, trained):
-    config, logdir = trained
+def test_no_resume_and_benchmark_start_afresh_beside_a_run_and_leave_it_alone(cli, untouched):
+    config, logdir = untouched
     before = _files(logdir)
     result = cli("train", "--config", config, "--no-resume")
     assert result.exit_code == 0, result.output

@@ -77,8 +77,8 @@ def test_random_seed_makes_a_run_reproducible(cli, write_config, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(write_config, tmp_path):
-    """SIGKILL a run that saves every update, then resume it: the index never points at a half checkpoint."""
+def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(cli, write_config, tmp_path):
+    """SIGKILL a run that saves every update, then resume it (in this process): the index never points at a half checkpoint."""
     config = write_config({**RUN, "max_steps": 100000, "save_checkpoint_steps": 1, "print_loss_steps": 1000})
     index = tmp_path / "run" / "checkpoints" / "checkpoint"
     job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(config)],
@@ -97,12 +97,9 @@ def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(write_conf
     step = int(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"))
     assert step >= 1
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "opt_train", "train", "--config", str(config), "--set", f"max_steps={step + 5}"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"at step {step}" in resumed.stdout
+    resumed = cli("train", "--config", config, "--set", f"max_steps={step + 5}")
+    assert resumed.exit_code == 0, resumed.output[-2000:]
+    assert f"at step {step}" in resumed.output
 
 
 def test_restarting_a_finished_run_keeps_its_figures(cli, write_config, tmp_path):

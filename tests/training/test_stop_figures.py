@@ -5,6 +5,10 @@ step, so the stop lands exactly on, one before or one after a reporting step), t
 resumed by the same command; every record of metrics.jsonl, every TensorBoard scalar
 (as TensorBoard itself reads the event files) and final_metrics.json must equal an
 uninterrupted run's.
+
+Only the stopped run needs a process of its own (it is signalled or killed); the resume
+and the uninterrupted run are `opt-train train` in this process, as tests/training/test_resume.py
+resumes, which spares each case a second TensorFlow import.
 """
 
 import json
@@ -86,6 +90,15 @@ def _records(logdir):
     return [{k: v for k, v in record.items() if k not in TIMED} for record in read_jsonl(logdir / "metrics.jsonl")]
 
 
+def _train(config):
+    """`opt-train train --config config` in this process (no signal is sent to it)."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    return CliRunner().invoke(cli, ["train", "--config", str(config)], catch_exceptions=False)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """`uninterrupted(run) -> logdir` of `run` trained without a stop (once per run)."""
@@ -95,8 +108,8 @@ def uninterrupted(tmp_path_factory):
         key = json.dumps(run, sort_keys=True)
         if key not in done_runs:
             folder = tmp_path_factory.mktemp("whole")
-            done = run_python(STOPPER, 10**9, int(signal.SIGINT), _write(folder, run))
-            assert done.returncode == 0, done.stderr[-3000:]
+            done = _train(_write(folder, run))
+            assert done.exit_code == 0, done.output[-3000:]
             done_runs[key] = folder / "run"
         return done_runs[key]
 
@@ -108,9 +121,9 @@ def _stop_and_resume(folder, run, at, sent):
     stopped = run_python(STOPPER, at, int(sent), config)
     assert stopped.returncode in (128 + sent, -sent), stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr
-    resumed = run_python(STOPPER, 10**9, int(signal.SIGINT), config)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stdout
+    resumed = _train(config)
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    assert "resumed from" in resumed.output
     return stopped, folder / "run"
 
 

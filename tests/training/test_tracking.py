@@ -125,17 +125,16 @@ def test_validate_and_help_do_not_import_mlflow(write_config):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, write_config, tmp_path):
+def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, cli, write_config, tmp_path):
     from mlflow.tracking import MlflowClient
 
     config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
                            "tracking": {"mlflow": {"uri": server, "experiment": "observe-sweep"}}})
     out = tmp_path / "sweep"
-    done = subprocess.run(
-        [sys.executable, "-m", "opt_train", "sweep", "-c", str(config), "--grid",
-         "optimizer_params.learning_rate=0.1,0.01", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)],
-        capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # The sweep in this process; its trials are processes of their own, as always.
+    done = cli("sweep", "-c", config, "--grid", "optimizer_params.learning_rate=0.1,0.01",
+               "--metric", "eval/accuracy", "--mode", "max", "--out", out)
+    assert done.exit_code == 0, done.output[-3000:]
     parent = read_json(out / "mlflow_run.json")["run_id"]
     client = MlflowClient(tracking_uri=server)
     experiment = client.get_experiment_by_name("observe-sweep")
