@@ -190,6 +190,7 @@ plan = plan_sweep([config], [], load_config([config]), options, out)
 fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
 result = run_sweep(FakePlan(**fields, script=script), int(parallel), report=lambda text: print(text, flush=True))
 print(result.summary, flush=True)
+assert "tensorflow" not in sys.modules, "the sweep driver imported TensorFlow"
 """
 
 
