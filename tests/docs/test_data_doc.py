@@ -55,17 +55,34 @@ def _opt_train(folder, args, calls):
     from opt_train.cli.main import cli
 
     here = os.getcwd()
-    os.chdir(folder)
     try:
+        os.chdir(folder)
         result = CliRunner().invoke(cli, args, prog_name="opt-train")
+        output, errors, code = result.stdout, result.stderr, result.exit_code
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            errors += "".join(traceback.format_exception(result.exception))
+    except Exception as error:  # the shell must hear back whatever happens here
+        output, errors, code = "", "".join(traceback.format_exception(error)), 1
     finally:
         os.chdir(here)
-    errors = result.stderr
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        errors += "".join(traceback.format_exception(result.exception))
-    (calls / "stdout").write_text(result.stdout)
+    (calls / "stdout").write_text(output)
     (calls / "stderr").write_text(errors)
-    return result.exit_code
+    return code
+
+
+def _reply(path, code, bash):
+    """Writes `code` to the FIFO bash reads it from, once bash has it open (nothing if bash has ended)."""
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+        except OSError:
+            if bash.poll() is not None:
+                return
+            time.sleep(0.01)
+            continue
+        with os.fdopen(fd, "w") as reply:
+            reply.write(f"{code}\n")
+        return
 
 
 def run_block(text, folder, env, calls):
@@ -79,9 +96,7 @@ def run_block(text, folder, env, calls):
                 continue
             where, *args = request.read_bytes().decode().split("\0")[:-1]
             request.unlink()
-            code = _opt_train(where, args, calls)
-            with open(calls / "reply", "w") as reply:  # a FIFO: bash waits on it
-                reply.write(f"{code}\n")
+            _reply(calls / "reply", _opt_train(where, args, calls), bash)
     return bash.returncode, out.read_text(), err.read_text()
 
 
