@@ -102,8 +102,8 @@ def run_block(text, folder, env, calls):
 
 @pytest.mark.slow
 def test_every_command_of_the_walk_through_runs(tmp_path):
-    calls, tmp_path = tmp_path / "calls", tmp_path / "walk-through"
-    calls.mkdir(), tmp_path.mkdir()
+    calls, folder = tmp_path / "calls", tmp_path / "walk-through"
+    calls.mkdir(), folder.mkdir()
     os.mkfifo(calls / "reply")
     env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
            "CALLS": str(calls)}
@@ -112,20 +112,20 @@ def test_every_command_of_the_walk_through_runs(tmp_path):
     try:
         for kind, name, text in steps():
             if kind == "file":
-                (tmp_path / name).write_text(text)
+                (folder / name).write_text(text)
                 continue
-            code, stdout, stderr = run_block(text, tmp_path, env, calls)
+            code, stdout, stderr = run_block(text, folder, env, calls)
             assert code == 0, f"{text}\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-3000:]}"
             outputs.append(stdout + stderr)
     finally:  # the page's own module (my_model) leaves with its folder
         sys.path[:] = path
         for module in set(sys.modules) - modules:
-            if str(getattr(sys.modules[module], "__file__", None) or "").startswith(str(tmp_path)):
+            if str(getattr(sys.modules[module], "__file__", None) or "").startswith(str(folder)):
                 del sys.modules[module]
     # What the page says happened, happened.
-    with open(tmp_path / "predictions.csv", newline="") as handle:
+    with open(folder / "predictions.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    with open(tmp_path / "credit.csv", newline="") as handle:
+    with open(folder / "credit.csv", newline="") as handle:
         truth = [row["label"] for row in csv.DictReader(handle)]
     assert list(rows[0]) == ["class", "label"] and len(rows) == len(truth)
     assert sum(row["label"] == label for row, label in zip(rows, truth)) / len(truth) >= 0.9
