@@ -94,14 +94,14 @@ def session(payload, workdir, name):
 
 def throughput(workdir, quick, model=MODEL, name="default"):
     """Samples/s of each reader after its first epoch, timed in alternating stretches."""
-    examples = 2048 if quick else 64000
+    examples = 512 if quick else 64000
     memory, records = configs(workdir, examples, 64, shards=4 if quick else 16, model=model)
     sessions = {"in_memory": session(memory, workdir, f"memory-{name}"),
                 "tfrecord": session(records, workdir, f"tfrecord-{name}")}
     epoch = sessions["tfrecord"].run.data.steps_per_epoch
     for running in sessions.values():
         running.loop(until=epoch + 5)  # the first epoch (and tracing) untimed
-    stretch, repeats = (20, 3) if quick else (300, 7)
+    stretch, repeats = (5, 3) if quick else (300, 7)
     rates = {name: [] for name in sessions}
     for repeat in range(repeats):
         order = list(sessions) if repeat % 2 == 0 else list(reversed(sessions))
@@ -148,7 +148,7 @@ def peak_rss(workdir, gib, quick):
     features = 1024  # 4 KiB an example: 1 GiB is 262,144 of them
     examples = max(2048, int(gib * 2**30 / (4 * features)))
     memory, records = configs(workdir, examples, features, shards=4 if quick else 32)
-    steps = 20 if quick else 300
+    steps = 5 if quick else 300
     figures = {"gib": gib, "examples": examples, "features": features, "updates": steps}
     for name, payload in (("in_memory", memory), ("tfrecord", records)):
         path = os.path.join(workdir, f"rss-{name}.json")

@@ -1,8 +1,7 @@
 """Runs a sweep as a worker of its Optuna study: checks every trial's config, takes queued trials one by one, runs
 each as an `opt-train train` process (P at a time), tells the study how it ended and records it.
 
-TF-free except the HParams summaries, which import TensorFlow only once a trial has
-a result to write.
+TF-free, the HParams summaries included (written with TensorBoard's protos alone).
 """
 
 from __future__ import annotations

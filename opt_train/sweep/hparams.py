@@ -3,9 +3,10 @@
 A trial's session is the one every run writes (`opt_train/board.py`), its swept keys
 first: the trial's curves stay in its `train` and `eval` runs, and the experiment's
 metrics point there (`accuracy` in group `eval`), so a trial adds no third run.
-TensorFlow and TensorBoard's hparams API are imported inside the functions, so
-planning a sweep stays TF-free. Each write replaces the event files the sweep wrote
-there before, so a resumed sweep shows each trial once.
+TensorBoard's hparams API is imported inside the functions, and the event files are
+written without TensorFlow (`board.write_summary`), so the whole sweep driver stays
+TF-free. Each write replaces the event files the sweep wrote there before, so a
+resumed sweep shows each trial once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ _USUAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss", "skipped_steps")
 
 def domain(key, values, distribution=None):
     """The HParams domain of `key`: the random range it was drawn from, else the discrete values seen (or None)."""
-    from tensorboard.plugins.hparams import api as hp
+    from tensorboard.plugins.hparams import summary_v2 as hp  # not `api`: it imports TensorFlow
 
     if distribution is not None and distribution.kind in ("log_uniform", "uniform", "int_uniform"):
         low, high = distribution.args
@@ -47,7 +48,7 @@ def _trial_hparams(logdir, overrides):
 
 def _metric(name):
     """The HParams metric of a final-metrics key: its tag in the trial's `train` or `eval` run."""
-    from tensorboard.plugins.hparams import api as hp
+    from tensorboard.plugins.hparams import summary_v2 as hp  # not `api`: it imports TensorFlow
 
     run, tag = run_and_tag(name)
     return hp.Metric(tag, group=run, display_name=name)
@@ -55,10 +56,7 @@ def _metric(name):
 
 def write_experiment(out, swept_keys, rows, metric, ranges=None):
     """Writes the experiment summary in `out`: one HParam per swept key, the metrics the trials report."""
-    from opt_train.quiet import import_tensorflow
-
-    tf = import_tensorflow()
-    from tensorboard.plugins.hparams import api as hp
+    from tensorboard.plugins.hparams import summary_v2 as hp  # not `api`: it imports TensorFlow
 
     ranges = ranges or {}
     hparams = []
@@ -74,12 +72,7 @@ def write_experiment(out, swept_keys, rows, metric, ranges=None):
     seen = {name for row in rows for name in (row.get("metrics") or {})}
     names = [metric] + [name for name in _USUAL_METRICS if name in seen and name != metric]
     metrics = [_metric(name) for name in names]
-    os.makedirs(out, exist_ok=True)
-    clear_session(out)
-    writer = tf.summary.create_file_writer(out)
-    with writer.as_default():
-        hp.hparams_config(hparams=hparams, metrics=metrics)
-    writer.close()
+    board.write_summary(out, hp.hparams_config_pb(hparams=hparams, metrics=metrics))
 
 
 def write_session(logdir, record):

@@ -334,7 +334,11 @@ def running_trials(study, generation):
 
 
 def importances(study, generation, minimum=4):
-    """Optuna's parameter importances over the finished trials of `generation`, or {} with fewer than `minimum`."""
+    """Optuna's parameter importances over the finished trials of `generation`, or {} with fewer than `minimum`.
+
+    The keys whose value differs between those trials are ranked; a single one gets 1.0,
+    what Optuna's normalized importances give it, without loading Optuna's evaluators.
+    """
     optuna = optuna_module()
     complete = [
         trial for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -343,6 +347,10 @@ def importances(study, generation, minimum=4):
     varied = {key for trial in complete for key in trial.params if len({render(t.params.get(key)) for t in complete}) > 1}
     if len(complete) < minimum or not varied:
         return {}
+    if len(varied) == 1:
+        # Optuna normalizes the importances to sum to 1: one varied key holds all of it.
+        # Its importance module imports scikit-learn and SciPy (3 s of CPU) to say so.
+        return {varied.pop(): 1.0}
     # Only the trials of this base config, on a throwaway in-memory copy of the study.
     copy = optuna.create_study(direction=study.direction)
     copy.add_trials(complete)

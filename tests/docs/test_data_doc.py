@@ -5,6 +5,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "data.md"
 FENCE = re.compile(r"^```(\w+)(?:[ \t]+(\S+))?\n(.*?)^```", re.S | re.M)
-# `opt-train` is this checkout's code (the installed console script may point elsewhere).
-PRELUDE = 'set -e\nopt-train() { "$PY" -m opt_train "$@"; }\npython() { "$PY" "$@"; }\n'
+# Each block runs in bash as written. `python` is this interpreter; `opt-train` hands its
+# arguments and folder to the test, which runs the command in this process (TensorFlow is
+# imported once, not once per command) and replies with its output and exit code. The
+# plain-TensorFlow `python -c` that loads the SavedModel stays a fresh process, without opt-train.
+PRELUDE = r"""set -e
+opt-train() {
+  printf '%s\0' "$PWD" "$@" > "$CALLS/request.part" && mv "$CALLS/request.part" "$CALLS/request"
+  read -r status < "$CALLS/reply"
+  cat "$CALLS/stdout"; cat "$CALLS/stderr" >&2
+  return "$status"
+}
+python() { "$PY" "$@"; }
+"""
 
 
 def steps():
@@ -35,21 +48,84 @@ def test_the_doc_has_files_and_commands():
         assert command in commands
 
 
+def _opt_train(folder, args, calls):
+    """`opt-train ARGS` run in `folder` in this process; its output left in `calls` for the shell; its exit code."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    here = os.getcwd()
+    try:
+        os.chdir(folder)
+        result = CliRunner().invoke(cli, args, prog_name="opt-train")
+        output, errors, code = result.stdout, result.stderr, result.exit_code
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            errors += "".join(traceback.format_exception(result.exception))
+    except Exception as error:  # the shell must hear back whatever happens here
+        output, errors, code = "", "".join(traceback.format_exception(error)), 1
+    finally:
+        os.chdir(here)
+    (calls / "stdout").write_text(output)
+    (calls / "stderr").write_text(errors)
+    return code
+
+
+def _reply(path, code, bash):
+    """Writes `code` to the FIFO bash reads it from, once bash has it open (nothing if bash has ended)."""
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+        except OSError:
+            if bash.poll() is not None:
+                return
+            time.sleep(0.01)
+            continue
+        with os.fdopen(fd, "w") as reply:
+            reply.write(f"{code}\n")
+        return
+
+
+def run_block(text, folder, env, calls):
+    """Runs a bash block in `folder`, serving its `opt-train` calls; returns (exit code, stdout, stderr)."""
+    request, out, err = calls / "request", calls / "bash.out", calls / "bash.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        bash = subprocess.Popen(["bash", "-c", PRELUDE + text], cwd=folder, env=env, stdout=stdout, stderr=stderr)
+        while bash.poll() is None:
+            if not request.exists():
+                time.sleep(0.05)
+                continue
+            where, *args = request.read_bytes().decode().split("\0")[:-1]
+            request.unlink()
+            _reply(calls / "reply", _opt_train(where, args, calls), bash)
+    return bash.returncode, out.read_text(), err.read_text()
+
+
 @pytest.mark.slow
 def test_every_command_of_the_walk_through_runs(tmp_path):
-    env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    calls, folder = tmp_path / "calls", tmp_path / "walk-through"
+    calls.mkdir(), folder.mkdir()
+    os.mkfifo(calls / "reply")
+    env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "CALLS": str(calls)}
     outputs = []
-    for kind, name, text in steps():
-        if kind == "file":
-            (tmp_path / name).write_text(text)
-            continue
-        done = subprocess.run(["bash", "-c", PRELUDE + text], cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, f"{text}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
-        outputs.append(done.stdout + done.stderr)
+    path, modules = list(sys.path), set(sys.modules)
+    try:
+        for kind, name, text in steps():
+            if kind == "file":
+                (folder / name).write_text(text)
+                continue
+            code, stdout, stderr = run_block(text, folder, env, calls)
+            assert code == 0, f"{text}\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-3000:]}"
+            outputs.append(stdout + stderr)
+    finally:  # the page's own module (my_model) leaves with its folder
+        sys.path[:] = path
+        for module in set(sys.modules) - modules:
+            if str(getattr(sys.modules[module], "__file__", None) or "").startswith(str(folder)):
+                del sys.modules[module]
     # What the page says happened, happened.
-    with open(tmp_path / "predictions.csv", newline="") as handle:
+    with open(folder / "predictions.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    with open(tmp_path / "credit.csv", newline="") as handle:
+    with open(folder / "credit.csv", newline="") as handle:
         truth = [row["label"] for row in csv.DictReader(handle)]
     assert list(rows[0]) == ["class", "label"] and len(rows) == len(truth)
     assert sum(row["label"] == label for row, label in zip(rows, truth)) / len(truth) >= 0.9

@@ -19,7 +19,7 @@ import pytest
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.plan import SweepPlan
-from tests.support import CONFIGS, REPO, read_json, read_jsonl
+from tests.support import CONFIGS, REPO, read_json, read_jsonl, run_python
 
 # Reads the trial's --set overrides; writes a failure record on its first attempt at lr 7777; "diverges"
 # above lr 1000, is "interrupted" at lr 13
@@ -190,6 +190,7 @@ plan = plan_sweep([config], [], load_config([config]), options, out)
 fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
 result = run_sweep(FakePlan(**fields, script=script), int(parallel), report=lambda text: print(text, flush=True))
 print(result.summary, flush=True)
+assert "tensorflow" not in sys.modules, "the sweep driver imported TensorFlow"
 """
 
 
@@ -306,6 +307,53 @@ def test_parameter_importances_come_from_optuna_with_enough_finished_trials(make
     assert list(result.importances) == ["optimizer_params.learning_rate"]
     assert result.importances["optimizer_params.learning_rate"] == pytest.approx(1.0)
     assert make_plan([0.5, 0.25], out="small") and not run_sweep(make_plan([0.5, 0.25], out="small")).importances
+
+
+# Source of study_of_four(keys): an in-memory study of four finished trials of generation "g" (and one of
+# another) varying `keys`, for importances(); run here and in a fresh process.
+STUDY_OF_FOUR = """
+import optuna
+from opt_train.sweep import study as studies
+
+def study_of_four(keys):
+    float_range = optuna.distributions.FloatDistribution(0.0, 10.0)
+    study = optuna.create_study()
+    for number, value in enumerate([0.1, 0.5, 0.3, 0.9, 7.0]):
+        params = {key: float((number * (index + 2)) % 5) for index, key in enumerate(keys)}
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=dict.fromkeys(keys, float_range), value=value,
+            user_attrs={studies.GENERATION: "g" if number < 4 else "other"}))
+    return study
+"""
+
+
+def test_importances_of_several_keys_are_optunas_over_the_trials_of_the_generation():
+    import optuna
+
+    from opt_train.sweep import study as studies
+
+    namespace = {}
+    exec(STUDY_OF_FOUR, namespace)
+    study = namespace["study_of_four"](["a", "b"])
+    found = studies.importances(study, "g")
+    alone = optuna.create_study()
+    alone.add_trials(study.trials[:4])
+    assert found == optuna.importance.get_param_importances(alone, params=["a", "b"])
+    assert set(found) == {"a", "b"} and sum(found.values()) == pytest.approx(1.0)
+
+
+def test_one_varied_key_gets_importance_1_without_loading_optunas_evaluators():
+    # What Optuna's normalized importances give one key, without the scikit-learn and SciPy
+    # imports of optuna.importance (3 s of CPU at the end of every one-key sweep run).
+    code = STUDY_OF_FOUR + (
+        "import sys\n"
+        "assert studies.importances(study_of_four(['lr']), 'g') == {'lr': 1.0}\n"
+        "assert studies.importances(study_of_four(['lr']), 'other') == {}  # fewer than four trials\n"
+        "loaded = sorted(name for name in ('sklearn', 'scipy', 'optuna.importance') if name in sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe", "cmaes", "qmc"])

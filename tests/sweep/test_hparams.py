@@ -5,6 +5,7 @@ import glob
 import pytest
 
 from opt_train.config.sweep_block import Distribution
+from tests.support import NO_TENSORFLOW, run_python
 
 pytest.importorskip("tensorboard")
 
@@ -72,3 +73,21 @@ def test_session_holds_the_trial_values_then_its_config_and_no_scalars(tmp_path)
     assert "logdir" not in start.hparams
     # The figures stay in the trial's train and eval runs: the session folder is no third run.
     assert scalars == {}
+
+
+def test_the_summaries_are_written_without_importing_tensorflow(tmp_path):
+    # The sweep driver writes them after every trial: TensorFlow's import would cost it
+    # seconds of CPU and hundreds of MiB beside the trials it runs. (The two tests above
+    # read what is written with TensorFlow's own event reader.)
+    code = (
+        "import sys\n"
+        "from opt_train.sweep.hparams import write_experiment, write_session\n"
+        "record = {'trial': 'trial-001', 'overrides': {'lr': 0.1}, 'metrics': {'eval/accuracy': 0.5}}\n"
+        "write_session(sys.argv[2], record)\n"
+        "write_experiment(sys.argv[1], ['lr'], [record], 'eval/accuracy')\n"
+        + NO_TENSORFLOW
+    )
+    done = run_python(code, tmp_path, tmp_path / "trial-001")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(glob.glob(f"{tmp_path}/events.out.tfevents.*")) == 1
+    assert len(glob.glob(f"{tmp_path}/trial-001/events.out.tfevents.*")) == 1

@@ -19,10 +19,10 @@ SWEEP_BLOCK = "sweep:\n  random:\n    optimizer_params.learning_rate: {uniform: 
 DRIVER = """
 import dataclasses, sys
 from opt_train.config import load_config
-from opt_train.sweep import SweepOptions, plan_sweep, preview_trials, run_sweep
+from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.plan import SweepPlan
 
-script, out, sampler, trials, preview, *study = sys.argv[1:]
+script, out, sampler, trials, *study = sys.argv[1:]
 
 @dataclasses.dataclass(frozen=True)
 class FakePlan(SweepPlan):
@@ -36,12 +36,9 @@ configs = [{default!r}, {block!r}]
 options = SweepOptions(random_trials=int(trials), seed=1, sampler=sampler, metric="eval/accuracy",
                        storage=storage, study=name)
 plan = plan_sweep(configs, [], load_config(configs), options, out)
-if preview == "preview":
-    for trial in preview_trials(plan):
-        print(repr(trial.values["optimizer_params.learning_rate"]))
-    sys.exit(0)
 fields = {{field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}}
 run_sweep(FakePlan(**fields, script=script), 1, report=lambda text: print(text, flush=True))
+assert "tensorflow" not in sys.modules, "the sweep driver imported TensorFlow"
 """
 
 
@@ -54,11 +51,28 @@ def _driver(tmp_path):
     return driver
 
 
-def _worker(tmp_path, out, sampler, trials, preview="run", study=()):
+def _worker(tmp_path, out, sampler, trials, study=()):
     argv = [sys.executable, str(_driver(tmp_path)), str(tmp_path / "fake_train.py"), str(tmp_path / out),
-            sampler, str(trials), preview, *study]
+            sampler, str(trials), *study]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def _plan(tmp_path, out, sampler, trials):
+    """In this process, the plan a DRIVER process builds from the same arguments (no shared study)."""
+    import dataclasses
+
+    from opt_train.config import load_config
+    from opt_train.sweep import SweepOptions, plan_sweep
+    from opt_train.sweep.plan import SweepPlan
+    from tests.sweep.test_driver import FakePlan
+
+    _driver(tmp_path)
+    configs = [str(CONFIGS / "default.yaml"), str(tmp_path / "sweep.yaml")]
+    options = SweepOptions(random_trials=trials, seed=1, sampler=sampler, metric="eval/accuracy")
+    plan = plan_sweep(configs, [], load_config(configs), options, str(tmp_path / out))
+    fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
+    return FakePlan(**fields, script=str(tmp_path / "fake_train.py"))
 
 
 def _rates(out):
@@ -78,11 +92,13 @@ def test_two_seeded_workers_never_propose_the_same_point(tmp_path, database, sam
     rates = _rates(tmp_path / "out")
     assert len(rates) == 6 and len(set(rates)) == 6, rates
 
-    # Repeatable: the points are a function of the seed and the trial number, whoever ran them.
-    alone = _worker(tmp_path, "alone", sampler, 6)
-    assert alone.communicate(timeout=600)[0] and alone.returncode == 0
-    preview = _worker(tmp_path, "unused", sampler, 6, preview="preview")
-    listed = sorted(float(line) for line in preview.communicate(timeout=600)[0].split())
+    # Repeatable: the points are a function of the seed and the trial number, whoever ran them
+    # (here one worker alone, in this process: no other process shares its study).
+    from opt_train.sweep import preview_trials, run_sweep
+
+    assert run_sweep(_plan(tmp_path, "alone", sampler, 6), 1).rows
+    listed = sorted(trial.values["optimizer_params.learning_rate"] for trial in preview_trials(
+        _plan(tmp_path, "unused", sampler, 6)))
     # Six trials are within TPE's ten random start-up trials, so two workers also draw what one does.
     assert rates == _rates(tmp_path / "alone") == listed
 

@@ -1,9 +1,13 @@
-"""End to end: a small learning-rate grid on the default config, 2 trials at a time, one diverging; then resume."""
+"""End to end: a small learning-rate grid on the default config, 2 trials at a time, one diverging; then resume.
+
+Every trial is a real `opt-train train` process; the sweep command that starts them runs in
+the test's process (`opt_sweep`), as a user's `opt-train sweep` would, minus its start-up.
+"""
 
 import glob
 import os
 import subprocess
-import sys
+import traceback
 
 import pytest
 import yaml
@@ -24,10 +28,22 @@ SHORT = [
 ABSURD = 1e30  # float32 weights overflow: non-finite updates, then the run stops
 
 
+def opt_sweep(command):
+    """`opt-train sweep ARGS` (`command` is its arguments) in this process: exit code, stdout and stderr."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["sweep", *map(str, command)], prog_name="opt-train")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(command, result.exit_code, result.stdout, stderr)
+
+
 def sweep(out, *extra):
-    command = [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "default.yaml"), *SHORT,
-               "--metric", "eval/accuracy", "--mode", "max", "--out", str(out), *extra]
-    return subprocess.run(command, capture_output=True, text=True)
+    return opt_sweep(["-c", CONFIGS / "default.yaml", *SHORT, "--metric", "eval/accuracy", "--mode", "max",
+                      "--out", out, *extra])
 
 
 def table_rows(stdout):
@@ -118,9 +134,7 @@ def test_a_trial_refused_while_its_run_is_built_records_the_full_key(tmp_path):
     config.write_text(f"model: mlp\ndata: csv\ndata_params:\n  path: t.csv\n  label_column: label\n"
                       f"batch_size_per_gpu: 4\nmax_steps: 2\nlogdir: {tmp_path / 'run'}\n")
     out = tmp_path / "sweep"
-    command = [sys.executable, "-m", "opt_train", "sweep", "-c", str(config), "--out", str(out),
-               "--grid", "data_params.label_column=target"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = opt_sweep(["-c", config, "--out", out, "--grid", "data_params.label_column=target"])
     assert done.returncode == 1, done.stderr[-3000:]
     (record,) = read_jsonl(out / "results.jsonl")
     assert record["status"] == "failed" and record["exit_code"] == 2
@@ -140,9 +154,9 @@ def test_a_median_pruner_stops_a_clearly_bad_trial_at_an_evaluation(tmp_path):
         "  grid: {optimizer_params.learning_rate: [0.5, 0.3, 1.0e-7]}\n"
         "  pruner: {median: {n_startup_trials: 2}}\n"
     )
-    command = [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "default.yaml"), "-c", str(block),
-               *SHORT, "--set", "eval_steps=10", "--metric", "eval/accuracy", "--mode", "max", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    command = ["-c", CONFIGS / "default.yaml", "-c", block, *SHORT, "--set", "eval_steps=10",
+               "--metric", "eval/accuracy", "--mode", "max", "--out", out]
+    done = opt_sweep(command)
     assert done.returncode == 0, done.stderr[-3000:]
     records = {r["overrides"]["optimizer_params.learning_rate"]: r for r in read_jsonl(out / "results.jsonl")}
     assert [records[rate]["status"] for rate in (0.5, 0.3)] == ["ok", "ok"]
@@ -164,7 +178,7 @@ def test_a_median_pruner_stops_a_clearly_bad_trial_at_an_evaluation(tmp_path):
     states = {trial.params["optimizer_params.learning_rate"]: trial.state.name for trial in study.trials}
     assert states == {0.5: "COMPLETE", 0.3: "COMPLETE", 1e-7: "PRUNED"}
 
-    status = subprocess.run(command + ["--status"], capture_output=True, text=True)
+    status = opt_sweep(command + ["--status"])
     assert status.returncode == 0, status.stderr[-3000:]
     assert "3 trials: 2 ok, 1 pruned" in status.stdout
     assert "best: " in status.stdout
