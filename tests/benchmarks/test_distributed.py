@@ -16,4 +16,10 @@ def test_quick_run_measures_the_baseline_replicas_and_workers(tmp_path):
     assert set(results["figures"]) == {"baseline", "replicas_2", "workers_2"}
     assert all(len(values) == 1 and values[0] > 0 for values in results["figures"].values())
     assert set(results["ratios"]) == {"replicas_2", "workers_2"}
+    # The floors time the run's own variables: the default MLP's 64*128 + 128 + 128*10 + 10 parameters.
+    assert {name: floor["parameters"] for name, floor in results["floors"].items()} == {
+        "replicas_2": 9610, "workers_2": 9610}
+    assert all(floor["added_ms"] > 0 for floor in results["floors"].values())
+    assert set(results["ceilings"]) == {"replicas_2", "workers_2"}
+    assert all(0 < ceiling < 1 for ceiling in results["ceilings"].values())
     assert (tmp_path / "distributed.json").exists()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from opt_train.distributed.placement import worker_gpus
@@ -30,23 +33,36 @@ def test_too_few_gpus_for_the_workers_of_a_host_is_an_error_at_num_gpus(found, p
     assert f"{per_worker * local_size} in all, but this process sees {found}" in str(caught.value)
 
 
+# One fresh process (the test's own TensorFlow runtime has started, so its pools are fixed);
+# the pools are put back to TensorFlow's default (0) before each case, which is allowed until
+# the runtime starts.
 CPU_SHARE = """
-import os, sys
-os.environ.pop("TF_NUM_INTRAOP_THREADS", None); os.environ.pop("TF_NUM_INTEROP_THREADS", None)
-{environment}
+import json, os
 from opt_train.distributed.placement import share_cpu_threads
 import tensorflow as tf
-share_cpu_threads(int(sys.argv[1]))
-print(tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads())
+threading = tf.config.threading
+
+def case(local_size, intra_op_variable=None):
+    threading.set_intra_op_parallelism_threads(0)
+    threading.set_inter_op_parallelism_threads(0)
+    for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        os.environ.pop(name, None)
+    if intra_op_variable:
+        os.environ["TF_NUM_INTRAOP_THREADS"] = intra_op_variable
+    share_cpu_threads(local_size)
+    return [threading.get_intra_op_parallelism_threads(), threading.get_inter_op_parallelism_threads()]
+
+print(json.dumps({"shared": case(2), "alone": case(1), "chosen": case(2, "7")}))
 """
 
 
 @pytest.mark.slow
 def test_processes_of_one_host_split_its_cores_and_the_users_choice_stays():
-    cores = __import__("os").cpu_count()
-    shared = run_python(CPU_SHARE.format(environment=""), 2)
-    assert shared.stdout.split() == [str(max(1, cores // 2))] * 2, shared.stderr
-    alone = run_python(CPU_SHARE.format(environment=""), 1)
-    assert alone.stdout.split() == ["0", "0"], alone.stderr  # TensorFlow's own default
-    chosen = run_python(CPU_SHARE.format(environment='os.environ["TF_NUM_INTRAOP_THREADS"] = "7"'), 2)
-    assert chosen.stdout.split() == ["0", str(max(1, cores // 2))], chosen.stderr
+    share = max(1, os.cpu_count() // 2)
+    done = run_python(CPU_SHARE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "shared": [share, share],
+        "alone": [0, 0],  # TensorFlow's own default
+        "chosen": [0, share],  # TF_NUM_INTRAOP_THREADS set: the intra-op pool is the user's
+    }

@@ -86,6 +86,14 @@ def test_eval_refuses_anything_else_in_one_line(cli, logdir_copy, tmp_path, writ
     result = cli("eval", "--config", other_model, "--checkpoint", str(folder / "ckpt-6"))
     assert result.exit_code == 2, result.output
     assert "does not restore into this model" in one_error_line(result)
+    # Its own logdir's checkpoints, none fitting the config given: eval points at the run's
+    # config.yaml, not at train's --no-resume (eval writes nothing, so starting afresh means nothing).
+    changed_model = write_config({**RUN, "model_params": {"hidden_units": [12]}, "logdir": str(logdir)}, "changed.yaml")
+    result = cli("eval", "--config", changed_model)
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result)
+    assert "restores into this run" in line and str(logdir / "config.yaml") in line, line
+    assert "--no-resume" not in line and ".. " not in line, line
     empty_logdir = write_config({**RUN, "logdir": str(tmp_path / "nothing")}, "nothing.yaml")
     result = cli("eval", "--config", empty_logdir)
     assert result.exit_code == 2 and "no checkpoint in" in one_error_line(result)
