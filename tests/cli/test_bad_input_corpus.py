@@ -425,6 +425,7 @@ def test_modules_in_the_current_directory_do_not_shadow_installed_ones(tmp_path,
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_user_modules_are_found_in_the_config_folder_and_python_path(tmp_path, cli):
     """The config's own folder (or `python_path:`) holds the user's module, wherever the command runs from."""
     project = tmp_path / "project"

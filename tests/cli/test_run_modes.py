@@ -25,6 +25,7 @@ def test_root_help_and_the_new_commands_leave_tensorflow_out():
     assert "--mode" in done.stdout and "export" in done.stdout and "predict" in done.stdout
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_root_config_trains_exactly_like_the_train_command(cli, write_config, tmp_path):
     via_train = write_config({**RUN, "logdir": str(tmp_path / "train")}, name="a.yaml")
     via_root = write_config({**RUN, "logdir": str(tmp_path / "root")}, name="b.yaml")

@@ -1,6 +1,7 @@
 """`opt-train data to-tfrecord`: the files, read back with TF's own parser, hold the .npz / .csv rows; the printed block trains."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import yaml
 
@@ -17,6 +18,7 @@ def parse_all(pattern, compression, y_dtype):
     return files, xs, ys
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_npz_to_gzip_shards_then_train(cli, write_config, tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 4, 2)).astype(np.float32)
@@ -71,6 +73,7 @@ def test_bad_source_exits_2_with_one_line(cli, tmp_path):
                                                   f"Received: path='{tmp_path / 'x.txt'}'"]
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_the_readme_recipe_and_example_config_train(cli, tmp_path):
     """configs/tfrecord.yaml's recipe: digits as .npz, converted to GZIP shards, trained and evaluated."""
     from sklearn.datasets import load_digits

@@ -140,6 +140,7 @@ def test_predict_and_plain_savedmodel_take_raw_rows_and_answer_in_labels(tmp_pat
     np.testing.assert_allclose(np.load(tmp_path / "keras.npy"), np.load(tmp_path / "outputs.npy"), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_tfrecord_statistics_are_streamed_and_labels_travel_with_the_records(tmp_path):
     """`data to-tfrecord` of the CSV, read back: the streamed statistics equal NumPy's on the train rows."""
     from opt_train.data import build_data

@@ -113,6 +113,7 @@ def _weights(logdir):
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n.startswith("model_variables/")}
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_weighted_named_loss_with_iter_size_equals_one_big_batch(cli, write_config, tmp_path):
     """2 micro-batches of 16 with sample weights == 1 batch of 32: the same 32 examples, the same update."""
     common = {
@@ -133,6 +134,7 @@ def test_weighted_named_loss_with_iter_size_equals_one_big_batch(cli, write_conf
         np.testing.assert_allclose(actual[name], expected[name], rtol=0, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_the_example_config_trains(cli, tmp_path):
     from tests.support import CONFIGS
 

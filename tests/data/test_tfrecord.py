@@ -99,6 +99,7 @@ def test_order_is_a_function_of_seed_and_epoch_alone(tmp_path):
     assert first != other
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_a_resumed_stream_equals_the_skipped_stream(tmp_path):
     write_records(tmp_path, files=3, per_file=10)
     data = build_data("tfrecord", params(tmp_path), batch_size=4, seed=5)  # 7 batches per epoch, 2 dropped

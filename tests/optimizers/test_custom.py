@@ -151,6 +151,7 @@ def test_custom_adam_dense_matches_tf1_adam_kernel():
 
 
 @pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.slow  # 4 s on 2 cores, its 2 cases
 def test_custom_adam_matches_numpy_rule(sparse):
     assert_parity(
         lambda lr: CustomAdam(learning_rate=lr),

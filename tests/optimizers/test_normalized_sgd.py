@@ -19,6 +19,7 @@ def normalized_sgd_rule(w, g, rows, slots, lr, t):
 
 
 @pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.slow  # 4 s on 2 cores, its 2 cases
 def test_matches_numpy_rule(sparse):
     assert_parity(
         lambda lr: NormalizedSGD(learning_rate=lr),

@@ -330,6 +330,7 @@ def test_run_of_many_micro_batches_equals_one_call_each():
 
 
 @pytest.mark.parametrize("driven_by", ["call", "run"])
+@pytest.mark.slow  # 4 s on 2 cores, its 2 cases
 def test_xla_compiled_pipeline_equals_the_reference_loop(driven_by):
     """`jit_compile=True`, one call per micro-batch or one `run` over all of them, against the Keras loop.
 

@@ -78,6 +78,7 @@ def make_plan(tmp_path):
     return make
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_records_ranks_and_skips_on_the_next_run(make_plan):
     plan = make_plan([0.5, 0.1, 5000.0])
     messages = []
@@ -100,6 +101,7 @@ def test_records_ranks_and_skips_on_the_next_run(make_plan):
     assert "0 trials queued" in messages[-1]
 
 
+@pytest.mark.slow  # 7 s on 2 cores
 def test_failed_trials_rerun_only_on_request_in_their_own_folder(make_plan):
     plan = make_plan([0.5, 5000.0])
     first = run_sweep(plan)
@@ -122,6 +124,7 @@ def test_the_reason_is_the_failure_record_of_this_attempt_never_an_earlier_ones(
     assert not os.path.exists(os.path.join(again["logdir"], "failure.json"))
 
 
+@pytest.mark.slow  # 9 s on 2 cores
 def test_an_interrupted_trial_stays_running_and_resumes_on_the_next_run(make_plan):
     plan = make_plan([13, 14, 0.5])
     result = run_sweep(plan)
@@ -136,6 +139,7 @@ def test_an_interrupted_trial_stays_running_and_resumes_on_the_next_run(make_pla
         assert "resumed from" in open(os.path.join(logdir, "train.log")).read()
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_trials_finished_outside_the_sweep_are_adopted(make_plan):
     from opt_train.sweep import preview_trials
 
@@ -157,6 +161,7 @@ def test_every_trial_failing_is_reported(make_plan):
     assert run_sweep(make_plan([2000.0, 3000.0]), parallel=2).all_failed
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_resolved_configs_are_written_before_trials_start(make_plan):
     plan = make_plan([0.125])
     (row,) = run_sweep(plan).rows
@@ -288,6 +293,7 @@ def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
     assert proposals(3) == proposals(3) != proposals(4)
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_a_changed_base_config_gives_new_trials_and_lists_the_old_ones_as_stale(make_plan):
     plan = make_plan([0.5, 0.25])
     first = run_sweep(plan)
@@ -301,6 +307,7 @@ def test_a_changed_base_config_gives_new_trials_and_lists_the_old_ones_as_stale(
     assert not second.all_failed
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_parameter_importances_come_from_optuna_with_enough_finished_trials(make_plan):
     plan = make_plan([0.5, 0.25, 0.125, 0.0625])
     result = run_sweep(plan, parallel=2)
@@ -372,6 +379,7 @@ def test_every_sampler_proposes_values_inside_the_ranges(sampler):
         assert values["iter_size"] in (1, 2, 3) and values["optimizer"] in ("Adam", "SGD")
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_status_from_the_folder_alone_prints_the_whole_table_with_metrics(make_plan, cli):
     from opt_train.sweep import study_status
 

@@ -78,6 +78,7 @@ def test_an_atomic_write_follows_the_umask_as_open_does(tmp_path, umask):
     assert (tmp_path / "config.yaml").stat().st_mode & 0o777 == expected
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_the_files_a_run_leaves_in_its_logdir_follow_the_umask(cli, write_config, tmp_path):
     from tests.support import SMALL_RUN
 

@@ -169,6 +169,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_newest_that_restores_and_deletes
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4", "ckpt-6", "ckpt-8"]
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_disk_full_during_a_save_is_one_line_exit_1_and_loses_nothing(cli, write_config, tmp_path, tmpfs):
     disk = tmpfs(tmp_path / "disk", "8m")
     # A wide layer: its checkpoint (weights and two Adam slots, ~1.4 MB) is far larger
@@ -199,6 +200,7 @@ def _state_names(folder):
 
 
 @pytest.mark.parametrize("relative", [True, False], ids=["relative_logdir", "absolute_logdir"])
+@pytest.mark.slow  # 6 s on 2 cores, its 2 cases
 def test_a_rebuilt_state_file_names_checkpoints_relative_to_its_folder_and_rotation_goes_on(
         cli, logdir_copy, write_config, tmp_path, monkeypatch, relative):
     _, logdir = logdir_copy

@@ -51,6 +51,7 @@ def test_initializer_params_that_do_not_fit_name_the_key(tmp_path):
     assert issue.key.startswith("initializer_params")
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_load_model_warm_starts_from_another_runs_weights_only(tmp_path):
     from opt_train.training import train
     from opt_train.training.loop import Session

@@ -76,6 +76,7 @@ def test_bad_blocks_name_the_sub_key(tmp_path):
     assert [(i.key, i.code) for i in caught.value.issues] == [("lr_control", "conflict")]
 
 
+@pytest.mark.slow  # 6 s on 2 cores
 def test_a_resumed_run_continues_the_control_exactly(tmp_path):
     from opt_train.training.builder import build_run
     from opt_train.training.loop import Session
@@ -146,6 +147,7 @@ def run_config(tmp_path, extra, overrides=()):
     return load_config([path], overrides)
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_early_stopping_ends_the_run_and_a_restart_trains_no_more(tmp_path):
     from opt_train.training import train
 
@@ -154,6 +156,7 @@ def test_early_stopping_ends_the_run_and_a_restart_trains_no_more(tmp_path):
     assert train(config)["global_step"] == 4
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_restore_best_checkpoint_keeps_the_best_eval_loss_for_eval(tmp_path):
     from opt_train.training import evaluate, train
     from tests.support import read_jsonl

@@ -68,6 +68,7 @@ def test_eval_and_export_use_the_average_which_the_checkpoint_holds_beside_the_w
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_resume_is_exact_with_ema(cli, write_config, tmp_path, ema_run):
     whole = _checkpoints(ema_run[1])[4]  # RUN without a stop
     legs = {**RUN, "logdir": str(tmp_path / "legs")}

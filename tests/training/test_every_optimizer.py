@@ -56,6 +56,7 @@ def _cases():
 
 
 @pytest.mark.parametrize("name", _cases())
+@pytest.mark.slow  # 15 s on 2 cores, its 6 cases
 def test_optimizer_trains_the_default_config(cli, tmp_path, name):
     params = PARAMS.get(name, ADAPTIVE)
     overrides = [

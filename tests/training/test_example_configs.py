@@ -56,6 +56,7 @@ def _short_run(config):
 
 
 @pytest.mark.parametrize("config", _examples())
+@pytest.mark.slow  # 44 s on 2 cores, its 13 cases
 def test_example_config_runs(cli, tmp_path, monkeypatch, config):
     monkeypatch.chdir(CONFIGS.parent)  # examples name user code relative to the repo root
     result = _train(cli, config, tmp_path / "run", *_short_run(config))
@@ -65,6 +66,7 @@ def test_example_config_runs(cli, tmp_path, monkeypatch, config):
     assert any(key.startswith("eval/") for key in final)
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_resnet50_example_validates_and_builds_keras_resnet50(tmp_path):
     """The ResNet-50 example validated and built as `train` builds it (its whole run, whose
     time goes to tracing and exporting the model, is the slow case above): the architecture
@@ -83,6 +85,7 @@ def test_resnet50_example_validates_and_builds_keras_resnet50(tmp_path):
     assert run.train_op is not None and run.max_steps == 2 * run.updates_per_epoch
 
 
+@pytest.mark.slow  # 6 s on 2 cores
 def test_mixed_precision_reaches_float32_accuracy(cli, tmp_path):
     results = {}
     for dtype in ("float32", "mixed"):

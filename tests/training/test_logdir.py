@@ -52,6 +52,7 @@ def test_a_changed_config_is_refused_before_anything_is_touched(cli, untouched):
     assert _files(logdir) == before
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_raising_max_steps_continues_and_resume_accepts_a_changed_rate(cli, trained):
     config, logdir = trained
     result = cli("train", "--config", config, "--set", "max_steps=9")
@@ -76,6 +77,7 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_and_keeps_config_yaml(cli
     assert _files(logdir) == before
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_no_resume_and_benchmark_start_afresh_beside_a_run_and_leave_it_alone(cli, untouched):
     config, logdir = untouched
     before = _files(logdir)

@@ -63,6 +63,7 @@ def test_a_killed_runs_records_are_neither_duplicated_nor_glued_to_a_torn_line(c
     assert _losses(logdir) == expected
 
 
+@pytest.mark.slow  # 7 s on 2 cores
 def test_final_metrics_rebuilt_after_a_kill_holds_the_trained_loss_not_nan(cli, write_config, tmp_path):
     config = write_config({**RUN, "max_steps": 10, "print_loss_steps": 5, "save_checkpoint_steps": 5})
     logdir = tmp_path / "run"
@@ -77,6 +78,7 @@ def test_final_metrics_rebuilt_after_a_kill_holds_the_trained_loss_not_nan(cli, 
     assert [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "eval/accuracy" in r] == [10]
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_the_final_checkpoint_is_written_once(cli, write_config, tmp_path):
     """Checkpoints at 5 and 10 are two saves: the checkpoint's own save counter says so."""
     config = write_config({**RUN, "max_steps": 10, "print_loss_steps": 5, "save_checkpoint_steps": 5})

@@ -57,6 +57,7 @@ def test_resumed_run_equals_uninterrupted_run(cli, write_config, tmp_path):
     assert read_json(tmp_path / "legs" / "final_metrics.json")["global_step"] == 30
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_no_resume_starts_afresh(cli, write_config, tmp_path):
     config = write_config({**RUN, "max_steps": 10})
     assert cli("train", "--config", config).exit_code == 0
@@ -65,6 +66,7 @@ def test_no_resume_starts_afresh(cli, write_config, tmp_path):
     assert "resumed from" not in result.output
 
 
+@pytest.mark.slow  # 6 s on 2 cores
 def test_random_seed_makes_a_run_reproducible(cli, write_config, tmp_path):
     states = {}
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
@@ -102,6 +104,7 @@ def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(cli, write
     assert f"at step {step}" in resumed.output
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_restarting_a_finished_run_keeps_its_figures(cli, write_config, tmp_path):
     config = write_config({**RUN, "max_steps": 10, "logdir": str(tmp_path / "run")})
     assert cli("train", "--config", config).exit_code == 0

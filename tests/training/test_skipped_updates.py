@@ -23,6 +23,7 @@ def _checkpoint_tensor(logdir, name):
 
 
 @pytest.mark.parametrize("count_skipped", [False, True])
+@pytest.mark.slow  # 6 s on 2 cores, its 2 cases
 def test_max_steps_counts_applied_updates_unless_told(count_skipped, cli, write_config, tmp_path):
     config = write_config({**SKIPPING, "max_steps": 20, "count_skipped_updates": count_skipped})
     result = cli("train", "--config", config)
@@ -97,6 +98,7 @@ def test_a_checkpoint_from_before_the_data_position_restores_with_the_old_counti
 
 
 @pytest.mark.parametrize("count_skipped", [False, True])
+@pytest.mark.slow  # 4 s on 2 cores, its 2 cases
 def test_benchmark_samples_are_the_micro_batches_read(count_skipped, cli, write_config, tmp_path):
     """samples/s counts what was read, skipped updates' batches included (as many per update as iter_size)."""
     config = write_config({**SKIPPING, "max_steps": 20, "iter_size": 2, "count_skipped_updates": count_skipped})

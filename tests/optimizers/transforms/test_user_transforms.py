@@ -179,6 +179,7 @@ def test_validate_and_train_report_one_located_line(cli, write_config):
     assert "gradient_transforms[0].factory: cannot import module 'no_such_package.grads'" in lines[0]
 
 
+@pytest.mark.slow  # 3 s on 2 cores
 def test_train_with_gradient_noise_end_to_end(cli, write_config, tmp_path):
     config = write_config({
         "max_steps": 6, "batch_size_per_gpu": 16, "iter_size": 2, "print_loss_steps": 3,
