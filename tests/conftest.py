@@ -38,7 +38,7 @@ def cli():
 # A test over this many seconds belongs behind `@pytest.mark.slow`, so that `-m "not slow"`
 # stays a quick check. Reported at the end of a run, never failed on: durations depend on
 # the machine and its load.
-SLOW_SECONDS = 10.0
+SLOW_SECONDS = 5.0
 _unmarked_slow = []
 
 
