@@ -133,7 +133,7 @@ class Session:
                                    optimizer=run.train_op.optimizer) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
-        self.cadence = StopCadence(every_update=config.on_nonfinite == "stop", adapts=run.backend.num_workers == 1)
+        self.cadence = StopCadence(every_update=config.on_nonfinite == "stop", agree=self._least_across_workers)
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py, opt_train/trial.py).
         self.trial_link = trial_link()
         self.step = 0
@@ -268,6 +268,12 @@ class Session:
                 # into the next interval.
                 self._stop_if_signalled()
                 self.cadence.looked(self.step)
+
+    def _least_across_workers(self, every):
+        """The least of every worker's proposed stop-check interval (they must look at the same steps)."""
+        if self.run.backend.num_workers > 1:
+            return self.run.backend.allreduce_scalar(every, op="min")
+        return every
 
     def _save(self):
         """A checkpoint at this step, carrying the report interval's loss so far (all ranks call it)."""

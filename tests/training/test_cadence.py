@@ -1,4 +1,4 @@
-"""How often the loop looks for a stop (`opt_train.training.cadence`): 10 updates, longer on fast models in one process."""
+"""How often the loop looks for a stop (`opt_train.training.cadence`): 10 updates, longer on fast models, the same on every worker."""
 
 from opt_train.training.cadence import STOP_CHECK_EVERY, STOP_CHECK_MOST, STOP_CHECK_SECONDS, StopCadence
 
@@ -45,10 +45,21 @@ def test_time_not_spent_training_does_not_slow_the_pace():
     assert _paced(cadence, clock, 0.0006, 20) == STOP_CHECK_MOST
 
 
-def test_workers_and_the_stop_policy_keep_their_interval():
-    workers, clock = _cadence(adapts=False)  # every worker must look at the same steps
-    _paced(workers, clock, 0.0, 10)
-    assert _paced(workers, clock, 0.0001, 20) == STOP_CHECK_EVERY
+def test_workers_take_the_least_interval_any_of_them_picked():
+    proposals = []
+
+    def agree(every):  # the collective: this worker's proposal against another's 100
+        proposals.append(every)
+        return min(every, 100)
+
+    worker, clock = _cadence(agree=agree)
+    _paced(worker, clock, 5.0, 10)
+    assert proposals == []  # the first look only starts the measure, on every worker alike
+    assert _paced(worker, clock, 0.0006, 20) == 100  # its own pace would give 1000
+    assert proposals == [STOP_CHECK_MOST]
+
+
+def test_the_stop_policy_looks_at_every_update():
     every_update, clock = _cadence(every_update=True)  # on_nonfinite: stop
     _paced(every_update, clock, 0.0, 1)
     assert _paced(every_update, clock, 0.0001, 2) == 1
