@@ -1,6 +1,6 @@
 """What `deterministic: true` costs: the training loop with and without op determinism, interleaved in one process.
 
-    python -m benchmarks.determinism --out benchmarks/results/determinism.json
+    python -m benchmarks.determinism     # writes benchmarks/results/<date>-determinism.json
     python -m benchmarks.determinism --quick          # tiny sizes: checks the harness only
 
 Op determinism is a process-wide switch. The harness builds the plain loop with it
@@ -17,6 +17,7 @@ import json
 import statistics
 import tempfile
 
+from benchmarks import results_path
 from benchmarks.pipelines import BatchSource, OptTrainPipeline
 from benchmarks.scenarios import load, scenarios, set_flags
 
@@ -62,7 +63,7 @@ def measure(scenario, workdir):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--out", help="write the figures as JSON here (default: benchmarks/results/<date>-determinism.json)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, figures mean nothing")
     args = parser.parse_args(argv)
     chosen = scenarios(args.quick)
@@ -73,9 +74,8 @@ def main(argv=None):
             print(f"{name}: deterministic / plain = {results[name]['deterministic_over_plain']:.3f} "
                   f"({results[name]['samples_per_sec']['deterministic']:.0f} vs "
                   f"{results[name]['samples_per_sec']['plain']:.0f} samples/s)", flush=True)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=2)
+    with open(args.out or results_path.dated("determinism", quick=args.quick), "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=2)
     return results
 
 

@@ -1,6 +1,8 @@
 """The harness writes a dated results file per run and never replaces an earlier one's."""
 
 import datetime
+import re
+from pathlib import Path
 
 from benchmarks import results_path
 
@@ -16,3 +18,12 @@ def test_a_run_gets_a_dated_file_and_a_second_run_that_day_a_new_one(tmp_path):
     assert results_path.dated("harness", folder=tmp_path, today=day).endswith("2026-11-25-harness-3.json")
     assert results_path.dated("harness", quick=True, folder=tmp_path, today=day).endswith("2026-11-25-harness-quick.json")
 
+
+
+def test_every_kept_results_file_is_dated():
+    # Figures quoted in the docs must name the run that produced them, not a file a later run overwrote.
+    names = sorted(path.name for path in Path(results_path.FOLDER).glob("*.json"))
+    assert names
+    assert [name for name in names if not re.fullmatch(r"\d{4}-\d{2}-\d{2}-[\w.-]+\.json", name)] == []
+    for name in names:
+        datetime.date.fromisoformat(name[:10])
