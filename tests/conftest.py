@@ -52,3 +52,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section(f"tests over {SLOW_SECONDS:.0f} s not marked slow")
         for seconds, nodeid in sorted(_unmarked_slow, reverse=True):
             terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Modules with a slow test run first, each module's tests kept together and in order.
+
+    xdist (`--dist loadgroup`) hands out the single tests in this order as workers free up:
+    with the long ones early, a run ends on short tests on both workers, instead of one
+    worker finishing a minute-long test alone while the other idles. Before pytest's own
+    reordering (`tryfirst`), so that its grouping by fixture still applies.
+    """
+    slow_modules = {item.module.__name__ for item in items
+                    if item.get_closest_marker("slow") is not None and getattr(item, "module", None)}
+    items.sort(key=lambda item: getattr(getattr(item, "module", None), "__name__", "") not in slow_modules)
