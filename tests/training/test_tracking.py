@@ -143,9 +143,10 @@ def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, cli, write_config
     config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
                            "tracking": {"mlflow": {"uri": server, "experiment": "observe-sweep"}}})
     out = tmp_path / "sweep"
-    # The sweep in this process; its trials are processes of their own, as always.
+    # The sweep in this process; its trials are processes of their own, as always, here two at a
+    # time: the suite's sweep of real trials side by side, both logging to the server at once.
     done = cli("sweep", "-c", config, "--grid", "optimizer_params.learning_rate=0.1,0.01",
-               "--metric", "eval/accuracy", "--mode", "max", "--out", out)
+               "--metric", "eval/accuracy", "--mode", "max", "--out", out, "--parallel", 2)
     assert done.exit_code == 0, done.output[-3000:]
     parent = read_json(out / "mlflow_run.json")["run_id"]
     client = MlflowClient(tracking_uri=server)
