@@ -45,7 +45,13 @@ def test_a_checkpoint_that_does_not_fit_is_the_error_line_alone(mismatched, comm
         next(line for line in quiet.stderr.splitlines() if line.startswith("Error: "))], quiet.stderr
     assert "restores into this run" in quiet.stderr
 
-    shown = _opt_train("--verbose", *command, "-c", other, cwd=folder)
+
+@pytest.mark.slow
+def test_verbose_shows_tensorflows_lines(mismatched):
+    # Once, not per command: --verbose is the group's option, and every command imports
+    # TensorFlow through the same opt_train.quiet.import_tensorflow (its CUDA probing line is enough).
+    folder, other, _ = mismatched
+    shown = _opt_train("--verbose", "train", "--resume", "-c", other, cwd=folder)
     assert shown.returncode == 2
     assert "WARNING:tensorflow:" in shown.stderr or "cuda" in shown.stderr.lower(), shown.stderr
 

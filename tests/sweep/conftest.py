@@ -2,6 +2,7 @@
 
 import contextlib
 import glob
+import itertools
 import os
 import shutil
 import socket
@@ -12,6 +13,7 @@ import pytest
 
 USER = "opttrain"
 DATABASE = "sweeps"
+_DATABASES = itertools.count()
 
 
 def _bin_dir():
@@ -25,11 +27,13 @@ def _free_port():
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def postgres_url():
-    """`postgresql://opttrain@127.0.0.1:PORT/sweeps` on a server initdb'd in tmp_path, stopped afterwards.
+@pytest.fixture(scope="session")
+def postgres_server():
+    """`createdb(name)` (returns the new database's URL) on one PostgreSQL server initdb'd in a temporary folder,
+    stopped after the session.
 
     PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
+    One server for the session (initdb costs seconds), a new database for each test.
     """
     pytest.importorskip("psycopg", reason="the postgres extra: pip install -e '.[postgres]'")
     bin_dir = _bin_dir()
@@ -46,12 +50,21 @@ def postgres_url():
     def run(*argv):
         subprocess.run([*as_user, *argv], check=True, capture_output=True, cwd=root)
 
+    def createdb(name):
+        run(os.path.join(bin_dir, "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, name)
+        return f"postgresql://{USER}@127.0.0.1:{port}/{name}"
+
     run(os.path.join(bin_dir, "initdb"), "-D", str(data), "-U", USER, "--auth=trust", "--no-sync")
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
     run(os.path.join(bin_dir, "pg_ctl"), "-D", str(data), "-o", options, "-l", os.path.join(root, "log"), "-w", "start")
     try:
-        run(os.path.join(bin_dir, "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, DATABASE)
-        yield f"postgresql://{USER}@127.0.0.1:{port}/{DATABASE}"
+        yield createdb
     finally:
         run(os.path.join(bin_dir, "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """`postgresql://opttrain@127.0.0.1:PORT/sweeps_N`: a new, empty database of the session's server."""
+    return postgres_server(f"{DATABASE}_{next(_DATABASES)}")

@@ -59,7 +59,10 @@ def _worker(tmp_path, out, sampler, trials, study=()):
 
 
 def _plan(tmp_path, out, sampler, trials):
-    """In this process, the plan a DRIVER process builds from the same arguments (no shared study)."""
+    """In this process, the plan a DRIVER process builds from the same arguments (no shared study).
+
+    Its stand-in trainer does not sleep: alone, no worker needs to overlap another.
+    """
     import dataclasses
 
     from opt_train.config import load_config
@@ -68,11 +71,13 @@ def _plan(tmp_path, out, sampler, trials):
     from tests.sweep.test_driver import FakePlan
 
     _driver(tmp_path)
+    script = tmp_path / "fake_train_alone.py"
+    script.write_text(FAKE_TRAINER.replace("time.sleep(lr - 100)", "pass"))
     configs = [str(CONFIGS / "default.yaml"), str(tmp_path / "sweep.yaml")]
     options = SweepOptions(random_trials=trials, seed=1, sampler=sampler, metric="eval/accuracy")
     plan = plan_sweep(configs, [], load_config(configs), options, str(tmp_path / out))
     fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
-    return FakePlan(**fields, script=str(tmp_path / "fake_train.py"))
+    return FakePlan(**fields, script=str(script))
 
 
 def _rates(out):

@@ -1,4 +1,4 @@
-"""End to end: a small learning-rate grid on the default config, 2 trials at a time, one diverging; then resume.
+"""End to end: a small learning-rate grid on the default config, one trial pruned, one diverging; then resume.
 
 Every trial is a real `opt-train train` process; the sweep command that starts them runs in
 the test's process (`opt_sweep`), as a user's `opt-train sweep` would, minus its start-up.
@@ -41,11 +41,6 @@ def opt_sweep(command):
     return subprocess.CompletedProcess(command, result.exit_code, result.stdout, stderr)
 
 
-def sweep(out, *extra):
-    return opt_sweep(["-c", CONFIGS / "default.yaml", *SHORT, "--metric", "eval/accuracy", "--mode", "max",
-                      "--out", out, *extra])
-
-
 def table_rows(stdout):
     """The table's body lines (between the header and the summary line)."""
     lines = stdout.strip().splitlines()
@@ -57,21 +52,36 @@ def logs(out):
     return {path: (os.path.getmtime(path), open(path).read()) for path in glob.glob(f"{out}/trial-*/train.log")}
 
 
-def test_grid_sweep_ranks_records_failure_and_resumes(tmp_path):
+def test_grid_sweep_ranks_records_failure_prunes_and_resumes(tmp_path):
+    # One sweep of four real trials for what took three sweeps and seven trials: two good rates
+    # finish first (--parallel 1 runs the queue in order), lr 1e-7 barely moves and the median
+    # pruner stops it at an evaluation, the absurd rate diverges and fails. (Two trials at a
+    # time: tests/training/test_tracking.py's sweep.)
     out = tmp_path / "sweep"
-    grid = ("--grid", f"optimizer_params.learning_rate=0.5,0.05,{ABSURD}", "--parallel", "2")
-    first = sweep(out, *grid)
+    block = tmp_path / "prune.yaml"
+    block.write_text(
+        "sweep:\n"
+        "  grid: {optimizer_params.learning_rate: [0.5, 0.3, 1.0e-7, 1.0e+30]}\n"  # 1.0e+30: ABSURD
+        "  pruner: {median: {n_startup_trials: 2}}\n"
+    )
+    command = ["-c", CONFIGS / "default.yaml", "-c", block, *SHORT, "--set", "eval_steps=10",
+               "--metric", "eval/accuracy", "--mode", "max", "--out", out]
+    first = opt_sweep(command)
     assert first.returncode == 0, first.stderr[-3000:]
 
     records = read_jsonl(out / "results.jsonl")
-    assert len(records) == 3
+    assert len(records) == 4
     by_rate = {record["overrides"]["optimizer_params.learning_rate"]: record for record in records}
-    assert set(by_rate) == {0.5, 0.05, ABSURD}
+    assert set(by_rate) == {0.5, 0.3, 1e-7, ABSURD}
     failed = by_rate[ABSURD]
     assert failed["status"] == "failed" and failed["exit_code"] == 1
     assert failed["reason"].startswith("stopped at step"), failed["reason"]
     assert not os.path.exists(os.path.join(failed["logdir"], "final_metrics.json"))
-    for rate in (0.5, 0.05):
+    # The trainer's own failure record, which the sweep read the reason from.
+    failure = read_json(os.path.join(failed["logdir"], "failure.json"))
+    assert failure == {"exit_code": 1, "error": "TrainingFailed", "key": None, "code": None,
+                       "message": failed["reason"]}
+    for rate in (0.5, 0.3):
         record = by_rate[rate]
         assert record["status"] == "ok" and record["reason"] is None
         assert record["metrics"] == read_json(os.path.join(record["logdir"], "final_metrics.json"))
@@ -81,12 +91,29 @@ def test_grid_sweep_ranks_records_failure_and_resumes(tmp_path):
         assert resolved["logdir"] == record["logdir"]
         assert read_json(os.path.join(record["logdir"], "trial.json"))["status"] == "ok"
 
-    # The table: ok trials best eval/accuracy first, the failed trial last with its reason.
+    # Pruned at an evaluation, below both good trials there, with its checkpoint of that step.
+    pruned = by_rate[1e-7]
+    assert pruned["status"] == "pruned" and pruned["exit_code"] == 3
+    step = pruned["metrics"]["global_step"]
+    assert step < 40 and step % 10 == 0
+    assert pruned["metrics"]["eval/accuracy"] < min(by_rate[rate]["metrics"]["eval/accuracy"] for rate in (0.5, 0.3))
+    assert not os.path.exists(os.path.join(pruned["logdir"], "final_metrics.json"))
+    import tensorflow as tf
+
+    assert tf.train.latest_checkpoint(os.path.join(pruned["logdir"], "checkpoints")).endswith(f"-{step}")
+    import optuna
+
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out}/study.db")
+    states = {trial.params["optimizer_params.learning_rate"]: trial.state.name for trial in study.trials}
+    assert states == {0.5: "COMPLETE", 0.3: "COMPLETE", 1e-7: "PRUNED", ABSURD: "FAIL"}
+
+    # The table: ok trials best eval/accuracy first, then the pruned one, the failed trial last with its reason.
     rows = table_rows(first.stdout)
     ok_by_accuracy = sorted((r for r in records if r["status"] == "ok"), key=lambda r: (-r["metrics"]["eval/accuracy"], r["trial"]))
-    assert [row.split()[0] for row in rows] == [r["trial"] for r in ok_by_accuracy] + [failed["trial"]]
+    assert [row.split()[0] for row in rows] == [r["trial"] for r in ok_by_accuracy] + [pruned["trial"], failed["trial"]]
+    assert rows[-2].endswith(f"pruned: stopped at step {step}")
     assert rows[-1].endswith(f"failed: {failed['reason']}")
-    assert "3 trials: 2 ok, 1 failed" in first.stdout
+    assert "4 trials: 2 ok, 1 pruned, 1 failed" in first.stdout
 
     # HParams: the experiment in DIR, one session per trial logdir.
     assert glob.glob(f"{out}/events.out.tfevents.*")
@@ -106,24 +133,17 @@ def test_grid_sweep_ranks_records_failure_and_resumes(tmp_path):
     # deleting a trial's final_metrics.json no longer makes it unfinished; the study is the
     # record. Resuming a trial left running is covered in test_driver.py.)
     before = logs(out)
-    second = sweep(out, *grid)
+    second = opt_sweep(command)
     assert second.returncode == 0, second.stderr[-3000:]
     assert logs(out) == before
-    assert len(read_jsonl(out / "results.jsonl")) == 3
+    assert len(read_jsonl(out / "results.jsonl")) == 4
     assert [row.split()[0] for row in table_rows(second.stdout)] == [row.split()[0] for row in rows]
     assert "0 trials queued" in second.stderr
 
-
-def test_a_sweep_where_every_trial_fails_exits_1(tmp_path):
-    done = sweep(tmp_path / "sweep", "--grid", f"optimizer_params.learning_rate={ABSURD}")
-    assert done.returncode == 1
-    assert "every trial failed" in done.stderr
-    (record,) = read_jsonl(tmp_path / "sweep" / "results.jsonl")
-    assert record["status"] == "failed" and record["reason"].startswith("stopped at step")
-    # The trainer's own failure record, which the sweep read the reason from.
-    failure = read_json(os.path.join(record["logdir"], "failure.json"))
-    assert failure == {"exit_code": 1, "error": "TrainingFailed", "key": None, "code": None,
-                       "message": record["reason"]}
+    status = opt_sweep(command + ["--status"])
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "4 trials: 2 ok, 1 pruned, 1 failed" in status.stdout
+    assert "best: " in status.stdout
 
 
 def test_a_trial_refused_while_its_run_is_built_records_the_full_key(tmp_path):
@@ -136,6 +156,7 @@ def test_a_trial_refused_while_its_run_is_built_records_the_full_key(tmp_path):
     out = tmp_path / "sweep"
     done = opt_sweep(["-c", config, "--out", out, "--grid", "data_params.label_column=target"])
     assert done.returncode == 1, done.stderr[-3000:]
+    assert "every trial failed" in done.stderr  # its only trial
     (record,) = read_jsonl(out / "results.jsonl")
     assert record["status"] == "failed" and record["exit_code"] == 2
     failure = read_json(os.path.join(record["logdir"], "failure.json"))
@@ -143,42 +164,3 @@ def test_a_trial_refused_while_its_run_is_built_records_the_full_key(tmp_path):
     assert (failure["key"], failure["code"]) == ("data_params.label_column", "unknown_name")
     assert "data_params.label_column: must name a column" in failure["message"]
     assert record["reason"] == failure["message"]
-
-
-def test_a_median_pruner_stops_a_clearly_bad_trial_at_an_evaluation(tmp_path):
-    out = tmp_path / "sweep"
-    block = tmp_path / "prune.yaml"
-    # Two good rates finish first (parallel 1 runs the queue in order); lr 1e-7 barely moves.
-    block.write_text(
-        "sweep:\n"
-        "  grid: {optimizer_params.learning_rate: [0.5, 0.3, 1.0e-7]}\n"
-        "  pruner: {median: {n_startup_trials: 2}}\n"
-    )
-    command = ["-c", CONFIGS / "default.yaml", "-c", block, *SHORT, "--set", "eval_steps=10",
-               "--metric", "eval/accuracy", "--mode", "max", "--out", out]
-    done = opt_sweep(command)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = {r["overrides"]["optimizer_params.learning_rate"]: r for r in read_jsonl(out / "results.jsonl")}
-    assert [records[rate]["status"] for rate in (0.5, 0.3)] == ["ok", "ok"]
-    pruned = records[1e-7]
-    assert pruned["status"] == "pruned" and pruned["exit_code"] == 3
-    step = pruned["metrics"]["global_step"]
-    assert step < 40 and step % 10 == 0
-    assert pruned["metrics"]["eval/accuracy"] < min(records[rate]["metrics"]["eval/accuracy"] for rate in (0.5, 0.3))
-    assert not os.path.exists(os.path.join(pruned["logdir"], "final_metrics.json"))
-    import tensorflow as tf
-
-    assert tf.train.latest_checkpoint(os.path.join(pruned["logdir"], "checkpoints")).endswith(f"-{step}")
-    row = next(line for line in table_rows(done.stdout) if line.startswith(pruned["trial"]))
-    assert row.endswith(f"pruned: stopped at step {step}")
-
-    import optuna
-
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out}/study.db")
-    states = {trial.params["optimizer_params.learning_rate"]: trial.state.name for trial in study.trials}
-    assert states == {0.5: "COMPLETE", 0.3: "COMPLETE", 1e-7: "PRUNED"}
-
-    status = opt_sweep(command + ["--status"])
-    assert status.returncode == 0, status.stderr[-3000:]
-    assert "3 trials: 2 ok, 1 pruned" in status.stdout
-    assert "best: " in status.stdout
