@@ -229,7 +229,9 @@ def test_under_horovodrun_a_stopped_rank_ends_the_job_after_rank_timeout_secs(tm
             sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "horovod.yaml"),
             "--set", "max_steps=100000", "--set", "print_loss_steps=5", "--set", "eval_steps=null",
             "--set", "save_checkpoint_steps=null", "--set", f"rank_timeout_secs={RANK_TIMEOUT}",
-            "--set", f"logdir={logdir}"),
+            "--set", f"logdir={logdir}",
+            # Rank 1 is stopped: horovodrun's SIGTERM to it is only waited on (10 s) before its SIGKILL.
+            grace_seconds=0.5),
         cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
