@@ -36,9 +36,25 @@ HOROVODRUN = (
 )
 
 
-def horovodrun_argv(*command, ranks=2):
-    """`horovodrun -np RANKS -H localhost:RANKS --gloo COMMAND...` as an argument list (see HOROVODRUN)."""
-    return [sys.executable, "-c", HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *command]
+# See tests/distributed/horovodrun_grace.py: the wait for a rank horovodrun ends, set in its
+# spawned middleman processes.
+SHORT_GRACE = (
+    "import os\n"
+    "from horovod.runner.common.util import safe_shell_exec\n"
+    "from tests.distributed import horovodrun_grace\n"
+    "os.environ[horovodrun_grace.VARIABLE] = '{seconds}'\n"
+    "safe_shell_exec._exec_middleman = horovodrun_grace.exec_middleman\n"
+)
+
+
+def horovodrun_argv(*command, ranks=2, grace_seconds=None):
+    """`horovodrun -np RANKS -H localhost:RANKS --gloo COMMAND...` as an argument list (see HOROVODRUN).
+
+    `grace_seconds`: how long horovodrun waits for a rank to end on SIGTERM before SIGKILL (None:
+    its own 5 s); shorter only where the rank it ends is stopped, so the grace is only waiting.
+    """
+    script = HOROVODRUN if grace_seconds is None else SHORT_GRACE.format(seconds=grace_seconds) + HOROVODRUN
+    return [sys.executable, "-c", script, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *command]
 
 
 def horovodrun(*command):

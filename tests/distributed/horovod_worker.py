@@ -1,7 +1,8 @@
 """One rank of the Horovod backend tests: runs the collectives and saves what each rank saw.
 
 Launched by tests/distributed/test_horovod_backend.py as
-`horovodrun -np 2 -H localhost:2 --gloo python horovod_worker.py CASE OUTDIR`.
+`horovodrun -np 2 -H localhost:2 --gloo python horovod_worker.py CASE OUTDIR`
+(CASE `collectives_then_killed_rank`: the collectives, then a rank dies).
 The inputs of each rank come from the NumPy functions below, so the test can compute
 the expected result itself; TensorFlow and Horovod are imported only in the worker.
 """
@@ -48,7 +49,7 @@ def _save(outdir, this_rank, name, **arrays):
     np.savez(os.path.join(outdir, f"{name}_rank{this_rank}.npz"), **arrays)
 
 
-def run_collectives(outdir):
+def run_collectives(outdir, shutdown=True):
     """Every collective of HorovodBackend, each checked by the test from the saved files."""
     import keras
     import tensorflow as tf
@@ -130,7 +131,8 @@ def run_collectives(outdir):
     backend.barrier()
     _save(outdir, rank, "scalars", **{k: np.array(v) for k, v in scalars.items()},
           sum_is_int=isinstance(scalars["sum"], int))
-    backend.shutdown()
+    if shutdown:
+        backend.shutdown()
 
 
 def run_killed_rank(outdir):
@@ -148,7 +150,14 @@ def run_killed_rank(outdir):
     _save(outdir, backend.rank, "survived", steps=i)
 
 
-CASES = {"collectives": run_collectives, "killed_rank": run_killed_rank}
+def run_collectives_then_killed_rank(outdir):
+    """Both in one job (one launch, one TensorFlow import per rank): every collective saved, then rank 1 dies."""
+    run_collectives(outdir, shutdown=False)
+    run_killed_rank(outdir)
+
+
+CASES = {"collectives": run_collectives, "killed_rank": run_killed_rank,
+         "collectives_then_killed_rank": run_collectives_then_killed_rank}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](sys.argv[2])

@@ -39,11 +39,19 @@ def run_job(num_ranks, *args, extra_env=None):
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """Runs every collective once on 2 ranks; returns load(name, rank) -> saved arrays."""
+def job(tmp_path_factory):
+    """One job on 2 ranks: every collective once, each rank's results saved; then rank 1 dies mid-run
+    while rank 0 keeps calling collectives. Returns (the finished horovodrun, its output folder)."""
     outdir = tmp_path_factory.mktemp("horovod_collectives")
-    job = run_job(2, str(WORKER), "collectives", str(outdir))
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    return run_job(2, str(WORKER), "collectives_then_killed_rank", str(outdir)), outdir
+
+
+@pytest.fixture(scope="module")
+def results(job):
+    """load(name, rank) -> the arrays that rank saved from the collective `name`."""
+    done, outdir = job
+    saved_last = [outdir / f"scalars_rank{rank}.npz" for rank in (0, 1)]  # the collectives' last results
+    assert all(path.exists() for path in saved_last), done.stdout[-3000:] + done.stderr[-3000:]
 
     def load(name, rank):
         return np.load(outdir / f"{name}_rank{rank}.npz")
@@ -125,10 +133,10 @@ def test_allreduce_scalar_and_barrier(results):
         assert float(saved["float_sum"]) == 0.75
 
 
-def test_killed_rank_ends_the_job_with_an_error(tmp_path):
+def test_killed_rank_ends_the_job_with_an_error(job):
     # A hang would raise subprocess.TimeoutExpired instead of returning.
-    job = run_job(2, str(WORKER), "killed_rank", str(tmp_path))
-    assert job.returncode != 0
+    done, outdir = job
+    assert done.returncode != 0
     # horovodrun ends the surviving rank and names the one that failed first.
-    assert "Exit code: 3" in job.stderr, job.stdout[-2000:] + job.stderr[-2000:]
-    assert not list(tmp_path.glob("survived_rank*.npz"))
+    assert "Exit code: 3" in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    assert not list(outdir.glob("survived_rank*.npz"))
