@@ -28,6 +28,10 @@ RUN = {
 }
 
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
+
 def _saved_state(logdir):
     """Every tensor of the latest checkpoint: weights, slots, lr position, pipeline state."""
     path = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
