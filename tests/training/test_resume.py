@@ -61,15 +61,6 @@ def test_resumed_run_equals_uninterrupted_run(cli, write_config, tmp_path):
     assert read_json(tmp_path / "legs" / "final_metrics.json")["global_step"] == 30
 
 
-@pytest.mark.slow  # 5 s on 2 cores
-def test_no_resume_starts_afresh(cli, write_config, tmp_path):
-    config = write_config({**RUN, "max_steps": 10})
-    assert cli("train", "--config", config).exit_code == 0
-    result = cli("train", "--config", config, "--no-resume")
-    assert result.exit_code == 0
-    assert "resumed from" not in result.output
-
-
 @pytest.mark.slow  # 6 s on 2 cores
 def test_random_seed_makes_a_run_reproducible(cli, write_config, tmp_path):
     states = {}
