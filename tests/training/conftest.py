@@ -33,8 +33,8 @@ def train_logdir():
 def without_export():
     """Runs in this process skip the end-of-run export (for tests that never look at logdir/export).
 
-    Writing the SavedModel traces the model again: about a fifth of a short run of a small
-    MLP on 2 cores. The export itself is tests/models/test_export.py's (and test_ema.py's).
+    Writing the SavedModel traces the model again: about a sixth of a 60-update run of a
+    small MLP on 2 cores. The export itself is tests/models/test_export.py's (and test_ema.py's).
     """
     from opt_train.training import export
 
