@@ -11,7 +11,10 @@ import tensorflow as tf
 from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("train-logdir")
+# The fixture is this module's own (train_logdir only writes and trains a config), so the group is too:
+# grouped with test_logdir.py and test_tensorboard.py it left one worker a long tail.
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = [pytest.mark.xdist_group("checkpoints-trained"), pytest.mark.usefixtures("no_export")]
 
 RUN = {**SMALL_RUN, "print_loss_steps": 2, "save_checkpoint_steps": 2, "num_checkpoints": 3}
 

@@ -14,6 +14,10 @@ from opt_train.training.controls import LearningRateControl, ScaledSchedule
 SCORES = [1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.89, 0.95, 0.96, 0.97, 0.98, 0.97, 0.99, 1.0]
 
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
+
 def control(params, rate=0.1):
     schedule = ScaledSchedule(get_lr_policy("fixed", learning_rate=rate))
     return LearningRateControl(lr_control("lr_control", params), schedule, get_backend())

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.slow  # two training processes, three runs
 # Dropout draws from the seeded generators; max_grad_norm adds a reduction over every gradient.
 RUN = {**SMALL_RUN, "model_params": {"hidden_units": [16], "dropout": 0.3}, "max_steps": 12,
        "print_loss_steps": 3, "eval_steps": 6, "max_grad_norm": 1.0, "deterministic": True}
-# `opt-train train` for each config named, one after the other, in one process.
-TRAIN = ("import sys\nfrom opt_train.cli.main import main\nfor config in sys.argv[1:]:\n"
+# `opt-train train` for each config named, one after the other, in one process; without the
+# end-of-run export (no test here looks at it: conftest.py's no_export, in that process).
+TRAIN = ("import sys\nfrom opt_train.cli.main import main\nfrom opt_train.training import export\n"
+         "export.export_at_end = lambda run, say: None\nfor config in sys.argv[1:]:\n"
          "    try:\n        main(['train', '--config', config])\n"
          "    except SystemExit as stop:\n        assert not stop.code, stop.code\n")
 

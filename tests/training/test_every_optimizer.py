@@ -57,7 +57,9 @@ def _cases():
 
 @pytest.mark.parametrize("name", _cases())
 @pytest.mark.slow  # 15 s on 2 cores, its 6 cases
-def test_optimizer_trains_the_default_config(cli, tmp_path, name):
+def test_optimizer_trains_the_default_config(cli, tmp_path, no_export, name):
+    """Through the CLI to the final evaluation; the export after it (the same for every
+    optimizer, tests/models/test_export.py's) is left out: about a sixth of each run."""
     params = PARAMS.get(name, ADAPTIVE)
     overrides = [
         f"optimizer={name}",

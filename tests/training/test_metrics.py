@@ -21,6 +21,10 @@ RUN = {
 }
 
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
+
 def _losses(logdir):
     return {r["step"]: r["loss"] for r in read_jsonl(pathlib.Path(logdir) / "metrics.jsonl") if "loss" in r}
 

@@ -9,6 +9,9 @@ import yaml
 
 from tests.support import SMALL_RUN
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
 
 def test_profile_of_updates_3_to_5_is_written_and_the_profile_plugin_reads_it(cli, write_config, tmp_path):
     config = write_config({**SMALL_RUN, "max_steps": 8, "print_loss_steps": 4})

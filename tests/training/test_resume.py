@@ -28,6 +28,10 @@ RUN = {
 }
 
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
+
 def _saved_state(logdir):
     """Every tensor of the latest checkpoint: weights, slots, lr position, pipeline state."""
     path = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
@@ -55,15 +59,6 @@ def test_resumed_run_equals_uninterrupted_run(cli, write_config, tmp_path):
     for name in expected:
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
     assert read_json(tmp_path / "legs" / "final_metrics.json")["global_step"] == 30
-
-
-@pytest.mark.slow  # 5 s on 2 cores
-def test_no_resume_starts_afresh(cli, write_config, tmp_path):
-    config = write_config({**RUN, "max_steps": 10})
-    assert cli("train", "--config", config).exit_code == 0
-    result = cli("train", "--config", config, "--no-resume")
-    assert result.exit_code == 0
-    assert "resumed from" not in result.output
 
 
 @pytest.mark.slow  # 6 s on 2 cores

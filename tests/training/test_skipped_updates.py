@@ -17,6 +17,10 @@ SKIPPING = {
 }
 
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
+
 def _checkpoint_tensor(logdir, name):
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(logdir / "checkpoints")))
     return int(reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))

@@ -39,6 +39,10 @@ RUN = {
     "max_steps": 22,
     "random_seed": 3,
 }
+# No test here looks at logdir/export: the runs in this process skip the end-of-run export
+# (conftest.py: no_export); the stopped runs never reach it.
+pytestmark = pytest.mark.usefixtures("no_export")
+
 # Timing depends on the machine, not the step.
 TIMED = ("samples_per_sec",)
 
@@ -100,7 +104,7 @@ def _train(config):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, no_export):
     """`uninterrupted(run) -> logdir` of `run` trained without a stop (once per run)."""
     done_runs = {}
 

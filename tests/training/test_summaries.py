@@ -8,6 +8,9 @@ from tensorboard.backend.event_processing import event_accumulator
 from opt_train.optimizers.names import OPTIMIZER_SUMMARIES
 from tests.support import CONFIGS
 
+# No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
+pytestmark = pytest.mark.usefixtures("no_export")
+
 
 def _events(directory):
     accumulator = event_accumulator.EventAccumulator(str(directory), size_guidance={"tensors": 0})
