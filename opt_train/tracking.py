@@ -146,7 +146,7 @@ class MlflowTracker(NullTracker):
         logdir = self.config.logdir
         self.client.log_artifact(self.run_id, os.path.join(logdir, "config.yaml"))
         export = os.path.join(logdir, "export")
-        if os.path.isdir(export):
+        if self.config.export and os.path.isdir(export):  # not an earlier end's export
             self.client.log_artifacts(self.run_id, export, artifact_path="export")
         self.client.set_terminated(self.run_id, status="FINISHED")
         self.finished = True

@@ -163,6 +163,10 @@ class TrainConfig:
     save_summaries_steps: int | None = key(
         100, _STEPS, "int ≥ 1 or null", "TensorBoard summaries every N updates", run=False)
     print_loss_steps: int = key(100, p.integer(1), "int ≥ 1", "progress line every N updates", run=False)
+    export: bool = key(
+        True, p.boolean, "bool",
+        "write `logdir/export/` (`model.keras`, SavedModel) at the end (false: a sweep trial that needs only its figures)",
+        run=False)
     eval_steps: int | None = key(
         None, _STEPS, "int ≥ 1 or null", "evaluate every N updates (always at the end)", run=False)
     # NumPy's and Python's generators take seeds in [0, 2**32): Keras seeds all three from it.

@@ -350,7 +350,7 @@ class Session:
         if self.benchmark:
             final.update(self.benchmark.figures())
             self.progress.message(self.benchmark.summary())
-        if self.chief and not self.benchmark:
+        if self.chief and config.export and not self.benchmark:
             from opt_train.training.export import export_at_end
 
             export_at_end(self.run, self.progress.message)

@@ -126,6 +126,23 @@ def test_export_command_writes_any_checkpoint(trained, tmp_path):
     np.testing.assert_allclose(again.predict(trained["x"], verbose=0), final.predict(trained["x"], verbose=0))
 
 
+
+@pytest.mark.slow  # 4 s alone, 13 s on 2 loaded cores: a run and an export
+def test_export_false_skips_the_end_of_run_export_and_the_export_command_still_writes_it(tmp_path):
+    import keras
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**RUN, "max_steps": 4, "save_checkpoint_steps": None,
+                                      "logdir": str(tmp_path / "run")}))
+    result = _cli("train", "--config", config, "--set", "export=false")
+    assert result.exit_code == 0, result.output
+    assert "exported" not in result.output
+    assert not (tmp_path / "run" / "export").exists()
+    assert json.loads((tmp_path / "run" / "final_metrics.json").read_text())["global_step"] == 4
+    later = _cli("export", "--config", tmp_path / "run" / "config.yaml", "--out", tmp_path / "later")
+    assert later.exit_code == 0, later.output
+    assert keras.saving.load_model(tmp_path / "later" / "model.keras").count_params() > 0
+
 def test_predict_writes_the_models_outputs(trained, tmp_path):
     import keras
 
