@@ -132,23 +132,18 @@ def recording(backend):
 
 def train_run(config_path, backend):
     """Trains one run with a `recording` backend, without evaluations (`--mode train`) and without
-    the end-of-run export to logdir/export: the tests compare weights, optimizer state, reported
-    losses and skipped updates (the checkpoint and metrics.jsonl), which neither changes. The
-    export (Keras file and SavedModel, ~1 s of CPU a run, ~20 runs a session) is put back after.
+    the end-of-run export (`export: false`): the tests compare weights, optimizer state, reported
+    losses and skipped updates (the checkpoint and metrics.jsonl), which neither changes, and the
+    export (Keras file and SavedModel) costs ~1 s of CPU a run, ~20 runs a session.
 
     Returns:
         (final metrics, initial variable values, final variable values).
     """
     from opt_train.config import load_config
-    import opt_train.training.export as export
     from opt_train.training import train
 
-    export_at_end = export.export_at_end
-    export.export_at_end = lambda run, say: None  # the loop imports it from the module at the end
-    try:
-        final = train(load_config([str(config_path)]), resume=False, backend=backend, evaluate=False)
-    finally:
-        export.export_at_end = export_at_end
+    config = load_config([str(config_path)], overrides=["export=false"])
+    final = train(config, resume=False, backend=backend, evaluate=False)
     return final, backend.initial_values, [np.array(v.numpy()) for v in backend.kept_variables]
 
 
