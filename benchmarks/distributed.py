@@ -19,6 +19,10 @@ benchmarks/floors.py (2 replicas on one CPU: one more optimizer update and the
 gradients' sum; 2 workers: one all-reduce of the gradients between 2 processes).
 A missed target under its ceiling is the machine's, not the pipeline's.
 
+`--quick` (the smoke test's) trains 30 updates a contender, one round, and runs the
+one-process baseline and the replicas floor in this process rather than in fresh ones:
+each fresh process costs a TensorFlow import, and no --quick figure means anything.
+
 On a machine with GPUs, `--replicas 1 2 4 8` prints a scaling table: samples/s at
 `num_gpus: N` with `batch_size_per_gpu` fixed, against N x one GPU (the published
 anchor: ResNet-50 in TF, 8 A100s at 91.5 % of linear).
@@ -27,6 +31,8 @@ anchor: ResNet-50 in TF, 8 A100s at 91.5 % of linear).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import statistics
@@ -45,12 +51,18 @@ ADDED = {
 }
 
 
-def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG):
-    """One `opt-train train --benchmark` process (or `--np` workers) of `config`; its final metrics."""
+def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG, in_process=False):
+    """One `opt-train train --benchmark` process (or `--np` workers) of `config`; its final metrics.
+
+    `in_process` (one process only): the same command run in this process (`--quick`).
+    """
     argv = [sys.executable, "-m", "opt_train", "train", "--config", str(config), "--benchmark",
             "--set", f"logdir={logdir}", *[arg for s in settings for arg in ("--set", s)]]
     if np_:
         argv += ["--np", str(np_)]
+    if in_process and not np_:
+        _train_here(argv[3:])
+        return json.loads((Path(logdir) / "final_metrics.json").read_text())
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
         env.pop(variable, None)
@@ -58,6 +70,21 @@ def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG):
     if job.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({job.returncode}):\n{(job.stdout + job.stderr)[-3000:]}")
     return json.loads((Path(logdir) / "final_metrics.json").read_text())
+
+
+def _train_here(args):
+    """`opt-train <args>` in this process, its output kept as a fresh process's would be."""
+    from opt_train.cli.main import main as opt_train
+
+    output = io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        try:
+            opt_train(args)
+        except SystemExit as stop:
+            code = stop.code
+    if code:
+        raise RuntimeError(f"opt-train {' '.join(args)} failed ({code}):\n{output.getvalue()[-3000:]}")
 
 
 def contenders(batch, replicas=(2,), workers=(2,)):
@@ -70,8 +97,11 @@ def contenders(batch, replicas=(2,), workers=(2,)):
     return found
 
 
-def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=(), config=CONFIG):
-    """({name: [samples/s per round]} with the one-process baseline under "baseline", [baseline ms per update])."""
+def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=(), config=CONFIG, in_process=False):
+    """({name: [samples/s per round]} with the one-process baseline under "baseline", [baseline ms per update]).
+
+    `in_process`: the baseline runs in this process (`--quick`), the others still in their own.
+    """
     common = list(settings)
     races = {"baseline": ([f"batch_size_per_gpu={batch}"], None), **contenders(batch, replicas, workers)}
     figures = {name: [] for name in races}
@@ -80,17 +110,26 @@ def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=(), conf
         for number in range(rounds):
             for name, (settings, np_) in races.items():
                 logdir = Path(scratch) / f"{name}-{number}"
-                final = _train(logdir, f"max_steps={steps}", *common, *settings, np_=np_, config=config)
+                final = _train(logdir, f"max_steps={steps}", *common, *settings, np_=np_, config=config,
+                               in_process=in_process and name == "baseline")
                 figures[name].append(final["benchmark/samples_per_sec"])
                 if name == "baseline":
                     update_ms.append(final["benchmark/time_per_step"] * 1e3)
     return figures, update_ms
 
 
-def floors(batch, settings=(), config=CONFIG):
-    """{name: what 2 replicas / 2 workers add to an update, measured alone} (benchmarks/floors.py)."""
+def floors(batch, settings=(), config=CONFIG, in_process=False):
+    """{name: what 2 replicas / 2 workers add to an update, measured alone} (benchmarks/floors.py).
+
+    `in_process`: the replicas floor is timed in this process (`--quick`); the workers one starts its own.
+    """
     found = {}
     for name, form in (("replicas_2", "replicas"), ("workers_2", "workers")):
+        if in_process and form == "replicas":
+            from benchmarks import floors as measured
+
+            found[name] = measured.replicas(str(config), [*settings, f"batch_size_per_gpu={batch}"])
+            continue
         argv = [sys.executable, "-m", "benchmarks.floors", form, "--config", str(config),
                 *[arg for s in (*settings, f"batch_size_per_gpu={batch}") for arg in ("--set", s)]]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
@@ -150,9 +189,9 @@ def main(argv=None):
     if args.quick:
         args.rounds, args.steps = 1, 30
     figures, update_ms = measure(args.rounds, args.steps, args.batch, args.replicas, args.workers, args.settings,
-                                 args.config)
+                                 args.config, in_process=args.quick)
     found = ratios(figures)
-    found_floors = floors(args.batch, args.settings, args.config) if args.floors else {}
+    found_floors = floors(args.batch, args.settings, args.config, in_process=args.quick) if args.floors else {}
     found_ceilings = ceilings(update_ms, found_floors) if found_floors else {}
     print(report(figures, found, update_ms, found_floors, found_ceilings))
     results = {"figures": figures, "ratios": found, "targets": TARGETS, "quick": args.quick,
