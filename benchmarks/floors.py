@@ -129,4 +129,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from benchmarks import command_line
+
+    command_line(main)

@@ -1,0 +1,25 @@
+"""The harness's child processes (floors, peak RSS) end as `opt-train` does: output flushed, no teardown."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A child that measured something: TensorFlow is loaded (a stand-in here: the real one costs
+# seconds to import), and an atexit hook stands for the interpreter's teardown.
+CHILD = """
+import atexit, sys, types
+sys.modules.setdefault("tensorflow", types.ModuleType("tensorflow"))
+atexit.register(print, "teardown")
+from benchmarks import command_line
+command_line(lambda: print("measured", end=""))
+"""
+
+
+def test_a_child_ends_without_the_interpreter_teardown_its_output_flushed():
+    done = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "measured"
