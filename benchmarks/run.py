@@ -214,7 +214,7 @@ class Harness:
     def startup(self):
         default = self.scenarios["default"]
         return {
-            "help": startup.help_seconds(runs=2 if self.quick else 5),
+            "help": startup.help_seconds(runs=1 if self.quick else 5),
             "first_step": startup.first_step_seconds(setups.DEFAULT_CONFIG, default.overrides, self.logdir()),
             "cli_benchmark": startup.cli_benchmark(
                 setups.DEFAULT_CONFIG, default.overrides, self.logdir(), max_steps=20 if self.quick else 300
