@@ -74,13 +74,13 @@ def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG, in_process=
 
 def _train_here(args):
     """`opt-train <args>` in this process, its output kept as a fresh process's would be."""
-    from opt_train.cli.main import main as opt_train
+    from opt_train.cli.main import cli
 
     output = io.StringIO()
     code = 0
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
         try:
-            opt_train(args)
+            cli.main(args=args, prog_name="opt-train")  # the command's group: no process-wide log settings
         except SystemExit as stop:
             code = stop.code
     if code:
