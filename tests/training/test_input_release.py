@@ -1,0 +1,31 @@
+"""The training iterator is gone before the run's end phase (final evaluation, export), not left for the garbage collector."""
+
+import weakref
+
+import pytest
+
+from tests.support import SMALL_RUN
+
+
+@pytest.mark.slow  # 4 s alone (a 3-update CLI run in this process); 16 s on 2 loaded cores
+def test_the_training_iterator_is_deleted_right_after_the_last_update(cli, write_config, monkeypatch):
+    # Deleting an idle tf.data iterator waits out its autotuning thread's sleep (up to a
+    # minute, the interpreter held): deleted at once, it never idles (loop.Session.end_input).
+    from opt_train.training import loop
+
+    seen = {}
+    run_loop, finish = loop.Session.loop, loop.Session.finish
+
+    def watched_loop(self, *args, **kwargs):
+        seen["iterator"] = weakref.ref(self.iterator)
+        return run_loop(self, *args, **kwargs)
+
+    def watched_finish(self):
+        seen["alive at finish"] = seen["iterator"]() is not None
+        return finish(self)
+
+    monkeypatch.setattr(loop.Session, "loop", watched_loop)
+    monkeypatch.setattr(loop.Session, "finish", watched_finish)
+    result = cli("train", "--config", write_config({**SMALL_RUN, "max_steps": 3, "export": False}))
+    assert result.exit_code == 0, result.output
+    assert seen == {"iterator": seen["iterator"], "alive at finish": False}
