@@ -77,9 +77,12 @@ def meet(workers, index):
 
 def _gone(pid):
     """Whether process `pid` has ended (no longer in /proc, or a zombie not yet reaped)."""
-    from opt_train.distributed.launcher import _state  # the launcher's own reading of /proc
-
-    return _state(pid) in (None, "Z")
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return True
+    return text[text.rfind(")") + 2:][:1] == "Z"
 
 
 def wait_for_a_lost_peer(outdir, index, count):
