@@ -50,6 +50,7 @@ def test_bad_specs_are_located(tmp_path, text, key, code):
     assert [(issue.key, issue.code) for issue in info.value.issues] == [(key, code)], info.value
 
 
+@pytest.mark.slow  # 17 s in the fast subset on 2 cores: builds a Keras application
 def test_build_adds_a_head_to_the_keras_architecture():
     model = build_model({"keras_application": "MobileNet"}, SMALL_MOBILENET, IMAGES)
     reference = keras.applications.MobileNet(
