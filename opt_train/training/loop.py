@@ -362,8 +362,9 @@ class Session:
             **{f"eval/{k}": v for k, v in self.eval_results.items()},
         }
         if self.benchmark:
-            final.update(self.benchmark.figures())
-            self.progress.message(self.benchmark.summary())
+            figures = self.benchmark.figures()  # two all-reduces: taken once, printed from the same numbers
+            final.update(figures)
+            self.progress.message(self.benchmark.summary(figures))
         if self.chief and config.export and not self.benchmark:
             from opt_train.training.export import export_at_end
 
@@ -547,8 +548,8 @@ class _Benchmark:
             "benchmark/samples_timed": self.run.backend.allreduce_scalar(samples, op="sum"),
         }
 
-    def summary(self):
-        figures = self.figures()
+    def summary(self, figures):
+        """The benchmark's line from `figures()`."""
         if not figures:
             return "benchmark: too few updates to time after warm-up"
         return (
