@@ -89,6 +89,14 @@ class Backend(abc.ABC):
     def barrier(self):
         """Waits until every rank reaches this point."""
 
+    def leave(self):
+        """After this process's last collective: waits until every rank is done with theirs.
+
+        A process may end once this returns (a run calls it once, after its last
+        collective, whether it finished, was stopped or pruned).
+        """
+        self.barrier()
+
     def shutdown(self):
         """Releases the process group."""
 

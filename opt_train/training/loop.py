@@ -345,6 +345,11 @@ class Session:
         trained = "loss" in self.last_figures  # the last update is always reported
         if trained and not self.benchmark:
             self._save()  # once: not again when the last update's checkpoint is already written
+        # Two all-reduces: taken once, printed from the same numbers.
+        benchmark_figures = self.benchmark.figures() if self.benchmark else {}
+        # The run's last collective is behind it: the other ranks may end while the chief
+        # evaluates and exports alone.
+        self.run.backend.leave()
         if not config.eval_steps or self.step % config.eval_steps or not self.eval_results:
             self._evaluate()
         if trained:
@@ -362,9 +367,8 @@ class Session:
             **{f"eval/{k}": v for k, v in self.eval_results.items()},
         }
         if self.benchmark:
-            figures = self.benchmark.figures()  # two all-reduces: taken once, printed from the same numbers
-            final.update(figures)
-            self.progress.message(self.benchmark.summary(figures))
+            final.update(benchmark_figures)
+            self.progress.message(self.benchmark.summary(benchmark_figures))
         if self.chief and config.export and not self.benchmark:
             from opt_train.training.export import export_at_end
 
@@ -438,7 +442,7 @@ class Session:
             self._save()
             saved = "checkpoint saved; run the same command to resume"
         # No rank exits (and has the launcher stop the others) before rank 0 has saved.
-        self.run.backend.barrier()
+        self.run.backend.leave()
         if self.chief:
             self.reporter.record({"step": self.step, "interrupted": name})
         raise Interrupted(f"interrupted by {name} at step {self.step}: {saved}", signal_number)
@@ -455,7 +459,7 @@ class Session:
         if not pruned:
             return
         self._save()
-        self.run.backend.barrier()
+        self.run.backend.leave()
         if self.chief:
             self.reporter.record({"step": self.step, "pruned": self.trial_link.metric})
         raise Pruned(f"pruned at step {self.step}: {self.trial_link.metric} is behind the other trials")

@@ -425,3 +425,20 @@ def test_the_lost_peer_line_claims_a_timeout_only_when_gloo_timed_out(message, s
     line = backend.lost_peer(RuntimeError(message))
     assert line.startswith("rank 0: another rank ")
     assert ("did not answer within 60 s" in line) is says_timeout
+
+
+@pytest.mark.parametrize("error_class, says_timeout", [
+    ("UnavailableError", False), ("CancelledError", False), ("AbortedError", False), ("DeadlineExceededError", True),
+])
+def test_a_tf_worker_claims_a_timeout_only_when_its_collective_timed_out(error_class, says_timeout):
+    """Worker 0 said "did not answer within 60 s" when its peer had just exited ("Socket closed")."""
+    import tensorflow as tf
+
+    from opt_train.distributed.tfdist import StrategyBackend
+
+    backend = object.__new__(StrategyBackend)
+    backend.__dict__.update(_workers=2, _worker=0, rank_timeout=60)
+    line = backend.lost_peer(getattr(tf.errors, error_class)(None, None, "Socket closed"))
+    assert line.startswith("worker 0: another worker ")
+    assert ("did not answer within 60 s" in line) is says_timeout
+    assert backend.lost_peer(tf.errors.InvalidArgumentError(None, None, "Incompatible shapes")) is None
