@@ -67,10 +67,22 @@ class _Worker:
         self.signalled = False
         self.pumps = []
         self.ended_at = None
+        # The moment it ended, to the millisecond: a peer that fails because this one is gone
+        # ends a few milliseconds later, usually within one poll of the launcher's loop.
+        self.end_watch = threading.Thread(target=self._stamp_end, daemon=True)
+        self.end_watch.start()
 
     @property
     def code(self):
         return self.process.returncode
+
+    def _stamp_end(self):
+        try:
+            # WNOWAIT: seen ended, left for Popen to reap (it keeps the exit code).
+            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
+        except (ChildProcessError, AttributeError):  # reaped already; no waitid (not Linux)
+            return
+        self.ended_at = time.monotonic()
 
 
 def _state(pid):
@@ -362,7 +374,8 @@ class Launcher:
             now = time.monotonic()
             for rank in self.ranks:
                 if rank.code is None and rank.process.poll() is not None:
-                    rank.ended_at = now
+                    rank.end_watch.join(timeout=1.0)
+                    rank.ended_at = rank.ended_at or now
                 state = _state(rank.process.pid) if rank.code is None and rank.local else None
                 if state is not None and state != "Z":  # Z: ended, not yet reaped
                     if state in ("T", "t"):

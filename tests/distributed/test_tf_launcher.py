@@ -216,17 +216,18 @@ def test_np_with_distributed_horovod_starts_horovod_ranks(tmp_path, config_text)
     assert seen[1]["argv"][1:] == ["-m", "opt_train", "train", "--config", str(config)]
 
 
-@pytest.mark.slow  # the real launcher's 5 s grace for worker 0, which sleeps until ended
+# Worker 0 fails once worker 1 is gone, as in a collective (it does not sleep through the
+# launcher's 5 s grace); worker 1 failed first: it is the one named.
 def test_np_names_the_failed_worker_in_its_last_line(tmp_path):
-    job, _ = run_np(tmp_path, plan={0: "wait", 1: "fail"})
+    job, _ = run_np(tmp_path, plan={0: "peer", 1: "fail"})
     assert job.returncode == 1
     assert job.stderr.strip().splitlines()[-1] == "Error: worker 1 failed (exit code 1): Error: worker-specific trouble"
     assert "Traceback" not in job.stdout + job.stderr
 
 
-@pytest.mark.slow  # the real launcher's 5 s grace for worker 0, which sleeps until ended
 def test_np_hands_rank_timeout_secs_to_the_launcher(tmp_path):
-    job, _ = run_np(tmp_path, plan={0: "wait", 1: "stop"}, extra=("--set", "rank_timeout_secs=1"))
+    # Worker 0 fails once the launcher ended the stopped worker 1; the stopped one is named.
+    job, _ = run_np(tmp_path, plan={0: "peer", 1: "stop"}, extra=("--set", "rank_timeout_secs=1"))
     assert job.returncode == 1
     assert job.stderr.strip().splitlines()[-1].startswith(
         "Error: worker 1 hung: stopped, not answering the other workers (rank_timeout_secs: 1 s)")

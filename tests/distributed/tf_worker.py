@@ -13,6 +13,8 @@ It writes OUTDIR/worker<index>.json (pid, argv, TF_CONFIG) once started, then:
   worker's, so the ports the launcher picked are free here and reach the others;
 - `fail`: one progress line, one error line, exit 1; `exit:N`: exit N;
 - `kill` / `stop`: SIGKILL / SIGSTOP itself; `wait`: sleep (the test signals it);
+- `peer`: as a worker inside a collective: runs while every other worker does, and once
+  one is gone (exited, or killed, by a signal or by the launcher) fails at once, exit 1;
 - `count_signals`: counts SIGTERM / SIGINT until the first, then writes how many it got.
 """
 
@@ -73,6 +75,26 @@ def meet(workers, index):
     assert heard == set(range(len(workers))) - {index}, heard
 
 
+def _gone(pid):
+    """Whether process `pid` has ended (no longer in /proc, or a zombie not yet reaped)."""
+    from opt_train.distributed.launcher import _state  # the launcher's own reading of /proc
+
+    return _state(pid) in (None, "Z")
+
+
+def wait_for_a_lost_peer(outdir, index, count):
+    """Returns once a worker other than `index` of `count` has ended (each found by its record's pid)."""
+    paths = [os.path.join(outdir, f"worker{other}.json") for other in range(count) if other != index]
+    while not all(os.path.exists(path) for path in paths):
+        time.sleep(0.05)
+    pids = []
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            pids.append(json.load(handle)["pid"])
+    while not any(_gone(pid) for pid in pids):
+        time.sleep(0.05)
+
+
 def main(outdir, plan):
     if "TF_CONFIG" not in os.environ and "HOROVOD_RANK" in os.environ:
         assert os.environ.get("OPT_TRAIN_LAUNCHED") == "1"
@@ -108,6 +130,11 @@ def main(outdir, plan):
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
+    if action == "peer":
+        count = len(config["cluster"]["worker"]) if config is not None else int(os.environ["HOROVOD_SIZE"])
+        wait_for_a_lost_peer(outdir, index, count)
+        print("Error: a collective's peer is gone", file=sys.stderr, flush=True)
+        sys.exit(1)
     if action == "count_signals":
         while not seen:
             time.sleep(0.05)
