@@ -399,6 +399,7 @@ class Session:
         return figures
 
     def close(self):
+        self.end_input()  # a session driven in pieces (`loop(until=...)`) may not have
         self.profiler.close()
         self.tracker.close()
         self.progress.close()
