@@ -83,13 +83,18 @@ def tf_config(ports, index):
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
 
 
-def run_tf_workers(command, count=2, timeout=JOB_TIMEOUT_SECONDS):
-    """`command` started `count` times by hand, each with its own TF_CONFIG; returns the finished jobs."""
-    ports = free_ports(count)
+def run_tf_workers(command, count=2, timeout=JOB_TIMEOUT_SECONDS, tf_configs=None):
+    """`command` started `count` times by hand, each with its own TF_CONFIG; returns the finished jobs.
+
+    `tf_configs`: each worker's TF_CONFIG (default: one job of localhost workers on free ports).
+    """
+    if tf_configs is None:
+        ports = free_ports(count)
+        tf_configs = [tf_config(ports, i) for i in range(count)]
     jobs = [
-        subprocess.Popen(command, cwd=REPO, env={**LAUNCH_ENV, "TF_CONFIG": tf_config(ports, i)},
+        subprocess.Popen(command, cwd=REPO, env={**LAUNCH_ENV, "TF_CONFIG": text},
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(count)
+        for text in tf_configs
     ]
     try:
         outputs = [job.communicate(timeout=timeout)[0] for job in jobs]

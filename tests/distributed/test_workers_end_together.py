@@ -12,16 +12,13 @@ runs on a loaded machine.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import socket
-import subprocess
 import sys
 
 import pytest
 
+from tests.distributed.conftest import free_ports, run_tf_workers, tf_config
 from tests.distributed.slow_link import SlowLink
-from tests.support import REPO, read_json
+from tests.support import read_json
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,14 +43,6 @@ eval_steps: null
 export: false
 rank_timeout_secs: 60
 """
-LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize("extra", [["--benchmark"], []], ids=["benchmark", "train"])
@@ -61,25 +50,17 @@ def test_the_chief_ends_well_when_its_link_to_a_worker_is_slow(tmp_path, extra):
     config = tmp_path / "run.yaml"
     config.write_text(RUN)
     logdir = tmp_path / "run"
-    chief, worker = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
-    argv = [sys.executable, "-m", "opt_train", "train", "--config", str(config), "--set", f"logdir={logdir}", *extra]
+    command = [sys.executable, "-m", "opt_train", "train", "--config", str(config), "--set", f"logdir={logdir}", *extra]
+    chief, worker = free_ports(2)
     with SlowLink(worker, DELAY) as link:
-        jobs = []
         # The chief reaches worker 1 through the link; worker 1 listens on its own port.
-        for index, worker_address in enumerate((link.port, worker)):
-            tf_config = {"cluster": {"worker": [f"localhost:{chief}", f"localhost:{worker_address}"]},
-                         "task": {"type": "worker", "index": index}}
-            jobs.append(subprocess.Popen(argv, cwd=REPO, env={**env, "TF_CONFIG": json.dumps(tf_config)},
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outputs = [job.communicate(timeout=600)[0] for job in jobs]
-    for index, job in enumerate(jobs):
-        assert job.returncode == 0, f"worker {index}:\n{outputs[index][-3000:]}"
+        jobs = run_tf_workers(command, tf_configs=[tf_config([chief, link.port], 0), tf_config([chief, worker], 1)])
+    for index, (code, output) in enumerate(jobs):
+        assert code == 0, f"worker {index}:\n{output[-3000:]}"
     final = read_json(logdir / "final_metrics.json")
     assert final["global_step"] == 8
     if extra:
         # Both workers' samples: the figures are the chief's last all-reduces.
         assert final["benchmark/samples_timed"] == 2 * BATCH * final["benchmark/updates_timed"]
-        assert "benchmark:" in outputs[0]
-    assert "done: step 8" in outputs[0]
+        assert "benchmark:" in jobs[0][1]
+    assert "done: step 8" in jobs[0][1]
