@@ -94,7 +94,7 @@ def worker(config_path, settings):
         return tf.add_n([r[(0,) * len(r.shape)] for r in reduced])
 
     seconds = _timed(allreduce)
-    backend.barrier()
+    backend.leave()
     if backend.is_chief:
         print(json.dumps({"form": "workers", "added_ms": seconds * 1e3,
                           "parameters": sum(int(v.shape.num_elements()) for v in variables)}), flush=True)

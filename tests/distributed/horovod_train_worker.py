@@ -174,6 +174,9 @@ def main(outdir, names, backend_name="horovod"):
     scalars["float_sum"] = backend.allreduce_scalar(0.25 * (backend.rank + 1))
     with open(os.path.join(outdir, f"scalars_rank{backend.rank}.json"), "w", encoding="utf-8") as handle:
         json.dump(scalars, handle)
+    # Past the last collective, as `opt-train` itself ends (Backend.leave): a worker that
+    # exits at once can take its peer's last piece of float_sum with it.
+    backend.leave()
     backend.shutdown()
 
 
