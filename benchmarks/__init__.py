@@ -9,13 +9,15 @@ See benchmarks/README.md for what is measured and the latest figures.
 
 
 def command_line(main):
-    """`python -m benchmarks.<child>`: `main()`, then the process ends as `opt-train` ends.
+    """`python -m benchmarks.<child>`: TensorFlow imported and the process ended as `opt-train` does, `main()` between.
 
     Without the interpreter's teardown of TensorFlow's objects and thread pools once
     TensorFlow ran: 1.5-2 s of CPU a process, nothing of which a measurement needs
     (its output is flushed first; see opt_train.cli.main and benchmarks/exit_latency.py).
     """
+    from opt_train import quiet
     from opt_train.cli.main import _exit_without_teardown
 
+    quiet.import_tensorflow()  # as a command imports it: Keras without its optional bridges
     main()
     _exit_without_teardown(0)

@@ -215,6 +215,7 @@ class Harness:
         default = self.scenarios["default"]
         return {
             "help": startup.help_seconds(runs=1 if self.quick else 5),
+            "tensorflow_import": startup.tensorflow_import_seconds(runs=1 if self.quick else 6),
             "first_step": startup.first_step_seconds(setups.DEFAULT_CONFIG, default.overrides, self.logdir()),
             "cli_benchmark": startup.cli_benchmark(
                 setups.DEFAULT_CONFIG, default.overrides, self.logdir(), max_steps=20 if self.quick else 300

@@ -1,4 +1,4 @@
-"""Start-up costs, each in a fresh process: `opt-train --help`, time to the first training step, `--benchmark`."""
+"""Start-up costs, each in a fresh process: `opt-train --help`, TensorFlow's import, the first training step, `--benchmark`."""
 
 from __future__ import annotations
 
@@ -37,6 +37,42 @@ def help_seconds(runs=5):
 
 # A start-up measurement that takes longer than this is broken, not slow.
 SUBPROCESS_TIMEOUT_SECONDS = 600
+
+# TensorFlow's import as a command does it (Keras without its optional bridges,
+# `opt_train.keras_bridges`) and plain; each child prints its CPU and wall seconds.
+_IMPORTS = {
+    "opt_train": "from opt_train import quiet; quiet.import_tensorflow()",
+    "plain": "import tensorflow; tensorflow.config.list_physical_devices()",
+}
+_TIMED_IMPORT = (
+    "import json, time\n"
+    "cpu, wall = time.process_time(), time.perf_counter()\n"
+    "{statement}\n"
+    "print(json.dumps([time.process_time() - cpu, time.perf_counter() - wall]))\n"
+)
+
+
+def tensorflow_import_seconds(runs=5):
+    """CPU and wall seconds of TensorFlow's import in fresh processes, a command's way against plain.
+
+    The two alternate (opt_train, plain, plain, opt_train, ...) so a drift of the
+    machine's speed touches both; `cpu_ratio` is plain's median CPU over opt_train's.
+    """
+    seconds = {name: [] for name in _IMPORTS}
+    for run in range(runs):
+        for name in (list(_IMPORTS) if run % 2 == 0 else list(reversed(_IMPORTS))):
+            finished = subprocess.run([sys.executable, "-c", _TIMED_IMPORT.format(statement=_IMPORTS[name])],
+                                      check=True, capture_output=True, text=True, env=_environment(),
+                                      timeout=SUBPROCESS_TIMEOUT_SECONDS)
+            seconds[name].append(json.loads(finished.stdout.splitlines()[-1]))
+    figures = {
+        name: {"median_cpu_seconds": statistics.median(cpu for cpu, _ in values),
+               "median_wall_seconds": statistics.median(wall for _, wall in values),
+               "runs_cpu_seconds": [round(cpu, 3) for cpu, _ in values]}
+        for name, values in seconds.items()
+    }
+    figures["cpu_ratio"] = round(figures["plain"]["median_cpu_seconds"] / figures["opt_train"]["median_cpu_seconds"], 3)
+    return figures
 
 
 def first_step_seconds(config_path, overrides, logdir):

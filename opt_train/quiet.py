@@ -44,16 +44,21 @@ def import_tensorflow():
     TF 2.21 prints them before absl logging is initialised, so TF_CPP_MIN_LOG_LEVEL
     does not reach them; file descriptor 2 is pointed at /dev/null for the import
     and device discovery only. `--verbose` (TF_CPP_MIN_LOG_LEVEL=0) shows them.
+    Keras comes in without its optional bridges (`opt_train.keras_bridges`).
     """
+    from opt_train.keras_bridges import left_out
+
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
-        import tensorflow
+        with left_out():
+            import tensorflow
 
         return tensorflow
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        import tensorflow
+        with left_out():
+            import tensorflow
 
         tensorflow.config.list_physical_devices()
     finally:

@@ -100,6 +100,9 @@ def test_quick_startup_section_runs_the_cli(tmp_path):
     results = run.run_all(quick=True, workdir=str(tmp_path), sections=("startup",))
     startup = results["startup"]
     assert startup["help"]["median_seconds"] > 0
+    imports = startup["tensorflow_import"]
+    assert imports["cpu_ratio"] == pytest.approx(
+        imports["plain"]["median_cpu_seconds"] / imports["opt_train"]["median_cpu_seconds"], abs=1e-3)
     assert startup["first_step"].get("to_first_step_seconds"), startup["first_step"]
     assert startup["cli_benchmark"].get("time_per_step"), startup["cli_benchmark"]
     assert [row["figure"] for row in results["targets"]] == ["startup.help_seconds"]

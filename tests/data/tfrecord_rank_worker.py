@@ -7,6 +7,8 @@ Launched by tests/data/test_tfrecord_horovod.py as
 import json
 import sys
 
+from opt_train import quiet
+
 
 def main(params_path, outdir):
     from opt_train.data import build_data
@@ -23,4 +25,5 @@ def main(params_path, outdir):
 
 
 if __name__ == "__main__":
+    quiet.import_tensorflow()  # as a command imports it: Keras without its optional bridges
     main(*sys.argv[1:])

@@ -18,6 +18,8 @@ import sys
 import numpy as np
 import yaml
 
+from opt_train import quiet
+
 STEPS = 24  # a few dozen updates, all inside the first epoch of the data
 BATCH = 16  # examples per rank and micro-batch in the Horovod runs
 
@@ -181,6 +183,7 @@ def main(outdir, names, backend_name="horovod"):
 
 
 if __name__ == "__main__":
+    quiet.import_tensorflow()  # as a command imports it: Keras without its optional bridges
     arguments = sys.argv[1:]
     chosen = "horovod"
     if arguments[0] == "--backend":

@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+from opt_train import quiet
+
 DENSE_SHAPES = [(3, 4), (5,)]
 EMBEDDING_SHAPE = (6, 2)  # rows, columns of the table a sparse gradient refers to
 BIG_TABLE_ROWS = 9  # more rows than 2 ranks x 4 lookups
@@ -160,4 +162,5 @@ CASES = {"collectives": run_collectives, "killed_rank": run_killed_rank,
          "collectives_then_killed_rank": run_collectives_then_killed_rank}
 
 if __name__ == "__main__":
+    quiet.import_tensorflow()  # as a command imports it: Keras without its optional bridges
     CASES[sys.argv[1]](sys.argv[2])
