@@ -21,6 +21,17 @@ SMALL_RUN = {
 }
 
 
+# What a cluster launcher hands its workers: the machine running the tests must not pass
+# any of them to the runs and launchers the tests start, nor into a config's verdict.
+LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")
+
+
+def unlaunched_environ(**extra):
+    """This process's environment without `LAUNCH_VARIABLES`, plus `extra`."""
+    return {**{key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}, **extra}
+
+
 def read_json(path):
     return json.loads(pathlib.Path(path).read_text())
 

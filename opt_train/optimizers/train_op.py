@@ -236,8 +236,11 @@ class TrainOp(tf.Module):
         key = (summarize, statistics)
         if key not in self._compiled:
             whole = self._jit_compile and self.backend.size == 1 and self._strategy is None
+            # Traced without AutoGraph, as Keras 3's fit traces its step: nothing in it branches
+            # on a tensor in Python (`_run_many`'s loops are tf.while_loops), and converting its
+            # ~100 functions cost ~3 s of CPU in every process that trains.
             self._compiled[key] = tf.function(
-                lambda batch: self._step(batch, summarize, statistics), jit_compile=whole
+                lambda batch: self._step(batch, summarize, statistics), jit_compile=whole, autograph=False
             )
         return self._compiled[key]
 
@@ -287,7 +290,7 @@ class TrainOp(tf.Module):
         self._check_iterator(iterator)
         self.build()
         if "run" not in self._compiled:
-            self._compiled["run"] = tf.function(self._run_many)
+            self._compiled["run"] = tf.function(self._run_many, autograph=False)
         return self._compiled["run"](iterator, tf.constant(updates, tf.int64))
 
     def _stopping(self):
@@ -299,20 +302,29 @@ class TrainOp(tf.Module):
     def _run_many(self, iterator, updates):
         # A nested tf.function is inlined, unless it is XLA-compiled: then it is one cluster.
         step = self._compiled_step(False, False)
-        total = tf.constant(0.0, tf.float32)
-        count = tf.constant(0, tf.int64)
+
+        def micro_batches(total, count, how_many):
+            """`how_many` micro-batches from `iterator`, their losses added to `total`."""
+            def one(index, total, count):
+                return index + 1, total + step(next(iterator))["loss"], count + 1
+
+            _, total, count = tf.while_loop(lambda index, total, count: index < how_many, one,
+                                            (tf.constant(0, tf.int64), total, count))
+            return total, count
+
+        start = (tf.constant(0.0, tf.float32), tf.constant(0, tf.int64))
         if self.count_skipped_updates:
-            for _ in tf.range(updates * self.iter_size):
-                total += step(next(iterator))["loss"]
-                count += 1
+            total, count = micro_batches(*start, updates * self.iter_size)
         else:
             # A skipped update does not move global_step: loop until it reaches the target.
             # Every rank takes the same turns: the finite verdict (hence the step) is collective.
             target = self.global_step.read_value() + updates
-            while self.global_step < target and not self._stopping():
-                for _ in tf.range(self.iter_size):
-                    total += step(next(iterator))["loss"]
-                    count += 1
+            iter_size = tf.constant(self.iter_size, tf.int64)
+            total, count = tf.while_loop(
+                lambda total, count: tf.logical_and(self.global_step < target, tf.logical_not(self._stopping())),
+                lambda total, count: micro_batches(total, count, iter_size),
+                start,
+            )
         return total / tf.cast(tf.maximum(count, 1), tf.float32)
 
     def __call__(self, batch, summarize=False, statistics=True):

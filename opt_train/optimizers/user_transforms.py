@@ -171,7 +171,7 @@ def build(specs):
             after, transform = entry
             if after not in STAGES:
                 raise _unknown(UnknownNameError("pipeline stage", after, STAGES), f"{KEY}[{index}].after")
-            built.append((position(after), transform))
+            built.append((position(after), _with_autograph(transform)))
             continue
         entry = check_entry(index, entry)
         here = f"{KEY}[{index}]"
@@ -189,5 +189,24 @@ def build(specs):
                 "must return an opt_train.optimizers.GradientTransform(init, update). "
                 f"Received: {type(transform).__name__}",
             )
+        if entry["factory"] not in BUILTIN_TRANSFORMS:
+            transform = _with_autograph(transform)
         built.append((position(entry["after"]), transform))
     return built
+
+
+def _with_autograph(transform):
+    """`transform` with AutoGraph applied to its `update`.
+
+    The step is traced without AutoGraph (as Keras 3's fit traces its own); a user's
+    transform keeps it, so one written with Python `if` / `for` over tensors, as
+    Optax-style code may be, traces as it did when the whole step was converted.
+    """
+    import tensorflow as tf
+    from tensorflow.python.autograph.core import ag_ctx
+
+    # Keras 2's way to convert a layer's `call` at trace time (`tf_convert`, with the status a
+    # converting tf.function sets). `tf.autograph.to_graph` fails on closures, which factories
+    # return, and a nested tf.function cannot take Keras 3 variables as arguments.
+    enabled = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
+    return transform._replace(update=tf.__internal__.autograph.tf_convert(transform.update, enabled))

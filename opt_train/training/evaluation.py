@@ -129,7 +129,7 @@ class Evaluator:
         self.dataset = data.eval
         self.task = data.task
         self.metrics = data.task.make_metrics()
-        self._step = tf.function(self._update, jit_compile=jit_compile, **_one_trace(self.dataset))
+        self._step = tf.function(self._update, jit_compile=jit_compile, autograph=False, **_one_trace(self.dataset))
 
     def _update(self, features, labels, sample_weight=None):
         predictions = self.model(features, training=False)

@@ -53,7 +53,7 @@ class Reporter:
         if name not in self._writers:
             writer = tf.summary.create_file_writer(os.path.join(self.logdir, name))
             self._writers[name] = writer
-            self._compiled[writer] = tf.function(_write_summaries, reduce_retracing=True)
+            self._compiled[writer] = tf.function(_write_summaries, reduce_retracing=True, autograph=False)
         return self._writers[name]
 
     def summaries(self, step, values, split="train"):

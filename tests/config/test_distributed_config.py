@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from opt_train.config import ConfigError, load_config
+from tests.support import LAUNCH_VARIABLES
 
 OPENSEQ2SEQ = pathlib.Path(__file__).parents[1] / "compat" / "openseq2seq"
 LITERAL = sorted(OPENSEQ2SEQ.glob("*.yaml"))
 # Launch variables of the machine running the tests must not leak into the verdicts.
-CLEAN = {name: None for name in ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                 "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")}
+CLEAN = dict.fromkeys(LAUNCH_VARIABLES)
 
 
 def write(tmp_path, text, name="run.yaml"):

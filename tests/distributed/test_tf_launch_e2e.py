@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, read_json, read_jsonl
+from tests.support import REPO, read_json, read_jsonl, unlaunched_environ
 
 pytestmark = [
     pytest.mark.slow,
@@ -30,10 +30,7 @@ pytestmark = [
 
 JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
 RANK_TIMEOUT = 5
-LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")
-ENV = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES},
-       "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+ENV = unlaunched_environ(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
 RUN = """\
 model: mlp
 model_params: {hidden_units: [8]}

@@ -24,13 +24,11 @@ import pytest
 
 from opt_train.distributed import launcher as launcher_module
 from opt_train.distributed.launcher import Launcher, TFConfigPlan, _state
-from tests.support import REPO
+from tests.support import REPO, unlaunched_environ
 
 HERE = Path(__file__).parent
 WORKER = HERE / "tf_worker.py"
-LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")
-ENV = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+ENV = unlaunched_environ()
 WAIT_SECONDS = 120
 
 

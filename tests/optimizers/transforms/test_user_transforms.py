@@ -104,6 +104,29 @@ def test_yaml_entries_build_from_a_module_path_and_a_builtin():
     np.testing.assert_allclose(delta, [-0.5, -0.5, 0.0])
 
 
+def halve_large(threshold):
+    """A transform written with a Python `if` over a tensor, as Optax-style code may be."""
+    def update(grads, state, variables=None, **extra):
+        norm = tf.linalg.global_norm([g for g in grads if g is not None])
+        if norm > threshold:
+            grads = [None if g is None else g * 0.5 for g in grads]
+        return grads, state
+
+    return GradientTransform(init_empty, update)
+
+
+@pytest.mark.parametrize("form", ["yaml", "python"])
+def test_a_transform_with_python_control_flow_over_tensors_still_traces(form):
+    # The step is traced without AutoGraph (as Keras 3's fit); a user's transform keeps it.
+    if form == "yaml":
+        entries = [{"factory": f"{__name__}:halve_large", "params": {"threshold": 10.0}, "after": "allreduce"}]
+    else:
+        entries = [("allreduce", halve_large(10.0))]
+    delta, _ = _train(build(entries), [1.0, 0.1])
+    # |GRAD| = 50 > 10: halved at x = 1; |GRAD * 0.1| = 5: kept.
+    np.testing.assert_allclose(delta, -GRAD * 0.5 - GRAD * 0.1, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "entry, key, code",
     [
