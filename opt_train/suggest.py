@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 
 from opt_train.errors import ParamError
 
@@ -15,10 +16,15 @@ def normalize(name: str) -> str:
     return key
 
 
+@functools.lru_cache(maxsize=64)
+def _by_normalized(candidates):
+    return {normalize(c): c for c in candidates}
+
+
 def closest(name, candidates):
     """The candidate most like `name`, or None when nothing is close."""
-    candidates = list(candidates)
-    by_key = {normalize(c): c for c in candidates}
+    candidates = tuple(candidates)
+    by_key = _by_normalized(candidates)
     hits = difflib.get_close_matches(normalize(name), list(by_key), n=1, cutoff=0.5)
     if hits:
         return by_key[hits[0]]
@@ -26,9 +32,12 @@ def closest(name, candidates):
     return hits[0] if hits else None
 
 
-def key_hint(name, known):
-    """"; did you mean 'logdir'?", else the valid keys when there are few, else ''."""
-    suggestion = closest(str(name), known)
+def key_hint(name, known, suggestion=None):
+    """"; did you mean 'logdir'?", else the valid keys when there are few, else ''.
+
+    `suggestion`: `closest(name, known)` when the caller has it already (it is the costly part).
+    """
+    suggestion = suggestion or closest(str(name), known)
     if suggestion:
         return f"; did you mean '{suggestion}'?"
     if len(known) <= 12:
@@ -57,7 +66,7 @@ class UnknownNameError(ParamError):
         text = f"unknown {kind} '{name}'{hint}"
         if code == "unknown_key":
             param = str(name) if param is None else param
-            message = f"unknown key{key_hint(name, self.candidates)}"
+            message = f"unknown key{key_hint(name, self.candidates, self.suggestion)}"
         else:
             message = text
         super().__init__(param, code, message, None, text=text)

@@ -111,6 +111,7 @@ def make_task(spec, task, num_classes):
 def _standardize(task):
     """Casts an element to what the models and losses expect (float32 inputs or int32 tokens, labels by task)."""
 
+    @tf.autograph.experimental.do_not_convert  # see opt_train.data.streams
     def cast(x, y, *weight):
         x = tf.cast(x, tf.int32 if task.input_dtype == "int32" else tf.float32)
         y = tf.reshape(tf.cast(y, tf.float32), [task.output_dim]) if task.kind == "regression" else tf.cast(y, tf.int32)
@@ -146,6 +147,7 @@ class FactoryData:
         if evaluation is not None:
             self.eval = evaluation.map(cast).batch(eval_batch_size).prefetch(tf.data.AUTOTUNE)
 
+    @tf.autograph.experimental.do_not_convert
     def _epoch(self, epoch):
         batches = shuffled_batches(self.shard, window=self.window, batch_size=self.batch_size,
                                    seed=epoch_seed(self.seed, epoch))

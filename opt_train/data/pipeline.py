@@ -59,12 +59,17 @@ def train_dataset(x, y, *, batch_size, seed, rank=0, size=1):
     num_examples = len(x)
     x, y = tf.constant(x), tf.constant(y)
 
+    # tf.data traces these as written, without AutoGraph (opt_train.data.streams says why).
+    @tf.autograph.experimental.do_not_convert
     def one_epoch(epoch):
         indices = epoch_indices(num_examples, epoch, seed, rank, size)
         return tf.data.Dataset.from_tensor_slices(indices).batch(batch_size, drop_remainder=True)
 
-    batches = tf.data.Dataset.counter().flat_map(one_epoch)
-    batches = batches.map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
+    @tf.autograph.experimental.do_not_convert
+    def gather(indices):
+        return tf.gather(x, indices), tf.gather(y, indices)
+
+    batches = tf.data.Dataset.counter().flat_map(one_epoch).map(gather)
     return batches.prefetch(tf.data.AUTOTUNE)
 
 

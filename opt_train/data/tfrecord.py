@@ -61,6 +61,7 @@ def expand_files(patterns, param):
 def count_records(files, compression, param):
     """Records in each file, counted in parallel without parsing them."""
 
+    @tf.autograph.experimental.do_not_convert  # see opt_train.data.streams
     def count(path):
         records = tf.data.TFRecordDataset(path, compression, buffer_size=READ_BUFFER_BYTES)
         return records.reduce(tf.constant(0, tf.int64), lambda total, _: total + 1)
@@ -108,7 +109,8 @@ def epoch_records(shard, epoch, *, seed, compression, rank, size):
     order = tf.argsort(tf.random.stateless_uniform([len(shard.files)], seed=key))
     files = tf.gather(tf.constant(shard.files), order)
     records = tf.data.Dataset.from_tensor_slices(files).interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression, buffer_size=READ_BUFFER_BYTES),
+        tf.autograph.experimental.do_not_convert(
+            lambda path: tf.data.TFRecordDataset(path, compression, buffer_size=READ_BUFFER_BYTES)),
         cycle_length=min(len(shard.files), CYCLE_LENGTH),
         block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -138,6 +140,7 @@ def make_parser(features, x, y, weight, task, statistics=None):
         shift = tf.constant(statistics.mean, tf.float32)
         scale = tf.constant(1.0 / np.sqrt(statistics.variance), tf.float32)
 
+    @tf.autograph.experimental.do_not_convert
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         inputs = parsed[x]
@@ -169,7 +172,8 @@ def stream_statistics(files, compression, features, x):
     records = tf.data.TFRecordDataset(files, compression, buffer_size=READ_BUFFER_BYTES,
                                       num_parallel_reads=min(len(files), CYCLE_LENGTH))
     inputs = records.batch(STATISTICS_BATCH).map(
-        lambda serialized: tf.cast(tf.io.parse_example(serialized, spec)[x], tf.float32),
+        tf.autograph.experimental.do_not_convert(
+            lambda serialized: tf.cast(tf.io.parse_example(serialized, spec)[x], tf.float32)),
         num_parallel_calls=2,  # a bound, not AUTOTUNE: each batch in flight is memory
     ).prefetch(1)
     return normalization.from_batches(inputs.as_numpy_iterator())
@@ -217,6 +221,7 @@ class TFRecordData:
     def train_examples(self):
         return sum(self.counts)
 
+    @tf.autograph.experimental.do_not_convert
     def _epoch(self, epoch):
         records = epoch_records(self.shard, epoch, seed=self.seed, compression=self.compression,
                                 rank=self.rank, size=self.size)

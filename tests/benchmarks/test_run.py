@@ -49,7 +49,7 @@ def _pipeline_fields(figures):
         assert value["steps_per_sec"] > 0
 
 
-@pytest.mark.slow  # 113 s on 2 cores: every scenario and feature is traced and timed, if briefly
+@pytest.mark.slow  # ~50 s on 2 cores: every scenario and feature is traced and timed, if briefly
 def test_quick_run_writes_every_section(tmp_path):
     out = tmp_path / "results.json"
     run.main(["--quick", "--out", str(out), "--only", "baselines", "features", "matmul_bound"])
@@ -65,6 +65,7 @@ def test_quick_run_writes_every_section(tmp_path):
     assert set(baselines["large_mlp"]["ratios"]) >= {
         "opt_train/tape_loop", "opt_train/keras_fit", "opt_train_xla/tape_loop"
     }
+    assert set(baselines["default"]["pipelines"]) == {"opt_train", "tape_loop", "keras_fit"}  # XLA: large_mlp's only
     for section in baselines.values():
         _pipeline_fields(section["pipelines"])
     large = baselines["large_mlp"]

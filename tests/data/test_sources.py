@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
 from opt_train.data import arrays, registry, sources
 
@@ -16,6 +15,8 @@ def _rows(array):
 
 
 def test_digits_is_sklearns_real_data_scaled_and_split():
+    from sklearn.datasets import load_digits  # not at collection: scikit-learn and scipy cost every worker ~1.5 s
+
     reference = load_digits()
     source = _load("digits")
     x = np.concatenate([source.train[0], source.eval[0]])
