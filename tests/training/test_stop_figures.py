@@ -6,9 +6,11 @@ resumed by the same command; every record of metrics.jsonl, every TensorBoard sc
 (as TensorBoard itself reads the event files) and final_metrics.json must equal an
 uninterrupted run's.
 
-Only the stopped run needs a process of its own (it is signalled or killed); the resume
-and the uninterrupted run are `opt-train train` in this process, as tests/training/test_resume.py
-resumes, which spares each case a second TensorFlow import.
+Only the stopped runs need a process apart from the tests': the five signalled ones share
+one (a stop ends `main` with SystemExit, and the next run starts in the same interpreter:
+one TensorFlow import for the five), each killed one has its own. The resumes and the
+uninterrupted runs are `opt-train train` in this process, as tests/training/test_resume.py
+resumes.
 """
 
 import json
@@ -40,28 +42,54 @@ RUN = {
     "random_seed": 3,
 }
 # No test here looks at logdir/export: the runs in this process skip the end-of-run export
-# (conftest.py: no_export); the stopped runs never reach it.
-pytestmark = pytest.mark.usefixtures("no_export")
+# (conftest.py: no_export); the stopped runs never reach it. One worker runs them all, so the
+# signalled runs' process and the uninterrupted runs are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_export"), pytest.mark.xdist_group("stop-figures")]
 
 # Timing depends on the machine, not the step.
 TIMED = ("samples_per_sec",)
 
-# The trainer as `opt-train train` runs it, sending itself `SIG` once its train op reaches
-# update AT: the real handler (or, for SIGKILL, the kernel) takes it from there.
+# `opt-train train` runs one after another, each sending itself its signal once its train op
+# reaches its update `at`: the real handler (or, for SIGKILL, the kernel) takes it from there.
+# Prints each run's exit code and what it wrote to stderr, as JSON.
 STOPPER = """
-import os, sys
+import contextlib, io, json, os, sys
+from opt_train import quiet
+quiet.import_tensorflow()
 from opt_train.training import loop
-at, number = int(sys.argv[1]), int(sys.argv[2])
+from opt_train.cli.main import main
+stop = {}
 count = loop.Session._count_losses
 def count_and_stop(self, mean_loss):
     count(self, mean_loss)
-    if not getattr(self, "_sent", False) and int(self.run.train_op.global_step.numpy()) >= at:
+    if not getattr(self, "_sent", False) and int(self.run.train_op.global_step.numpy()) >= stop["at"]:
         self._sent = True
-        os.kill(os.getpid(), number)
+        os.kill(os.getpid(), stop["number"])
 loop.Session._count_losses = count_and_stop
-from opt_train.cli.main import main
-main(["train", "--config", sys.argv[3]])
+ended = []
+for at, number, config in json.loads(sys.argv[1]):
+    stop.update(at=at, number=number)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        try:
+            main(["train", "--config", config])
+            code = 0
+        except SystemExit as end:
+            code = end.code
+    ended.append({"code": code, "stderr": stderr.getvalue()})
+print(json.dumps(ended))
 """
+
+# The signalled cases: (id, at, signal, on_nonfinite: stop). SIGINT before, on and after a
+# report, SIGTERM (the same handler) on it, each with a stop check every update (on_nonfinite:
+# stop), so the stop lands exactly at `at`; and Ctrl-C under the default stop check.
+SIGNALLED = {
+    "before-SIGINT": (9, signal.SIGINT, True),
+    "on-SIGINT": (10, signal.SIGINT, True),
+    "after-SIGINT": (11, signal.SIGINT, True),
+    "on-SIGTERM": (10, signal.SIGTERM, True),
+    "ctrl-c-default-check": (7, signal.SIGINT, False),
+}
 
 
 def _write(folder, run):
@@ -120,15 +148,31 @@ def uninterrupted(tmp_path_factory, no_export):
     return train
 
 
-def _stop_and_resume(folder, run, at, sent):
-    config = _write(folder, run)
-    stopped = run_python(STOPPER, at, int(sent), config)
-    assert stopped.returncode in (128 + sent, -sent), stopped.stderr[-3000:]
-    assert "Traceback" not in stopped.stderr
-    resumed = _train(config)
+def _case_run(stop_every_update):
+    return {**RUN, "on_nonfinite": "stop"} if stop_every_update else RUN
+
+
+def _stop(plan):
+    """Runs `plan` ([(at, signal, config)]) in one fresh process; returns each run's {code, stderr}."""
+    stopped = run_python(STOPPER, json.dumps([[at, int(sent), str(config)] for at, sent, config in plan]))
+    return stopped, (json.loads(stopped.stdout.splitlines()[-1]) if stopped.returncode == 0 else None)
+
+
+@pytest.fixture(scope="module")
+def signalled(tmp_path_factory):
+    """{case: (how its stopped run ended, its folder)} for SIGNALLED, all stopped in one process."""
+    folders = {case: tmp_path_factory.mktemp(case) for case in SIGNALLED}
+    plan = [(at, sent, _write(folders[case], _case_run(every))) for case, (at, sent, every) in SIGNALLED.items()]
+    stopped, ended = _stop(plan)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    return {case: (end, folders[case]) for case, end in zip(SIGNALLED, ended)}
+
+
+def _resume(folder):
+    resumed = _train(folder / "config.yaml")
     assert resumed.exit_code == 0, resumed.output[-3000:]
     assert "resumed from" in resumed.output
-    return stopped, folder / "run"
+    return folder / "run"
 
 
 def _assert_same_figures(logdir, reference):
@@ -140,37 +184,34 @@ def _assert_same_figures(logdir, reference):
     assert read_json(logdir / "final_metrics.json") == read_json(reference / "final_metrics.json")
 
 
-@pytest.mark.slow
-# SIGINT before, on and after a report; SIGTERM (the same handler) on it: each case is two processes.
-@pytest.mark.parametrize(("at", "sent"), [
-    pytest.param(9, signal.SIGINT, id="before-SIGINT"),
-    pytest.param(10, signal.SIGINT, id="on-SIGINT"),
-    pytest.param(11, signal.SIGINT, id="after-SIGINT"),
-    pytest.param(10, signal.SIGTERM, id="on-SIGTERM"),
-])
-def test_a_signal_on_before_or_after_a_report_leaves_every_figure_as_uninterrupted(at, sent, tmp_path, uninterrupted):
-    # on_nonfinite: stop looks for a stop every update, so the stop lands exactly at `at`.
-    run = {**RUN, "on_nonfinite": "stop"}
-    stopped, logdir = _stop_and_resume(tmp_path, run, at, sent)
-    assert f"interrupted by {signal.Signals(sent).name} at step {at}" in stopped.stderr
+@pytest.mark.parametrize("case", ["before-SIGINT", "on-SIGINT", "after-SIGINT", "on-SIGTERM"])
+def test_a_signal_on_before_or_after_a_report_leaves_every_figure_as_uninterrupted(case, signalled, uninterrupted):
+    at, sent, _ = SIGNALLED[case]
+    stopped, folder = signalled[case]
+    assert stopped["code"] == 128 + sent, stopped["stderr"][-3000:]
+    assert "Traceback" not in stopped["stderr"]
+    assert f"interrupted by {signal.Signals(sent).name} at step {at}" in stopped["stderr"]
+    logdir = _resume(folder)
     assert {"step": at, "interrupted": signal.Signals(sent).name} in _records(logdir)
-    _assert_same_figures(logdir, uninterrupted(run))
+    _assert_same_figures(logdir, uninterrupted(_case_run(True)))
 
 
-@pytest.mark.slow
-def test_ctrl_c_landing_on_a_report_by_the_default_stop_check(tmp_path, uninterrupted):
+def test_ctrl_c_landing_on_a_report_by_the_default_stop_check(signalled, uninterrupted):
     """The defect of issue 26: the default looks every 10 updates, 10 is a report (print_loss_steps 5)."""
-    stopped, logdir = _stop_and_resume(tmp_path, RUN, 7, signal.SIGINT)
-    assert "interrupted by SIGINT at step 10" in stopped.stderr
+    stopped, folder = signalled["ctrl-c-default-check"]
+    assert stopped["code"] == 130, stopped["stderr"][-3000:]
+    assert "interrupted by SIGINT at step 10" in stopped["stderr"]
+    logdir = _resume(folder)
     report = [r for r in read_jsonl(logdir / "metrics.jsonl") if r["step"] == 10 and "loss" in r]
     assert len(report) == 1  # written before the stop, not merged into step 15's
     _assert_same_figures(logdir, uninterrupted(RUN))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("at", [10, 13], ids=["on", "after-checkpoint"])
 def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(at, tmp_path, uninterrupted):
     """Resumed from the last checkpoint (every 4): the killed run's later records and events are dropped."""
-    _, logdir = _stop_and_resume(tmp_path, RUN, at, signal.SIGKILL)
+    stopped, _ = _stop([(at, signal.SIGKILL, _write(tmp_path, RUN))])
+    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
+    logdir = _resume(tmp_path)
     _assert_same_figures(logdir, uninterrupted(RUN))
     assert json.loads((logdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == RUN["max_steps"]
