@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the test suite: installs what the tests need (dev extras, Horovod built
-# against the installed TensorFlow), then pytest. Extra arguments go to pytest,
+# Runs the test suite: installs what the tests need (this checkout with its dev extras,
+# unless scripts/installed.py finds it installed already; Horovod built against the
+# installed TensorFlow), then pytest. Extra arguments go to pytest,
 # e.g. `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --disable-pip-version-check -e ".[dev,profile,mlflow]"
+EXTRAS=dev,profile,mlflow
+python scripts/installed.py "$EXTRAS" || python -m pip install --quiet --disable-pip-version-check -e ".[$EXTRAS]"
 bash scripts/install_horovod.sh
 bash scripts/install_postgres.sh
 bash scripts/install_sshd.sh
