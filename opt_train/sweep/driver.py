@@ -265,6 +265,9 @@ class _Worker:
         self.interrupted = set()
         self.host = socket.gethostname()
         self._next_orphan_look = 0.0
+        # Whether the last look found trials of this machine locked by another process (another
+        # worker's, or a dead driver's trainers): only then is the next look worth a wait.
+        self._others_running = False
 
     # -- handing out trials ------------------------------------------------
     def jobs(self):
@@ -284,11 +287,15 @@ class _Worker:
                 if job is not None:
                     yield job
                 continue
-            if time.monotonic() < self._next_orphan_look:
+            # Nothing to claim: with none of its own trials running and nobody else's seen last
+            # time, the worker looks at once (so a sweep ends when its last trial does, not at
+            # the next look); otherwise every ORPHAN_POLL_SECONDS.
+            if time.monotonic() < self._next_orphan_look and (self.running or self._others_running):
                 yield None
                 continue
             self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
             orphan, waiting = self.find_orphan()
+            self._others_running = waiting and not self.running
             if orphan is not None:
                 trial = studies.trial_for(self.study, self.plan.spec, self.plan.queue, orphan[0]._trial_id)
                 job = self.start(trial, lock=orphan[1])

@@ -101,6 +101,18 @@ def test_records_ranks_and_skips_on_the_next_run(make_plan):
     assert "0 trials queued" in messages[-1]
 
 
+def test_a_sweep_ends_when_its_last_trial_does_not_at_the_next_look_for_orphans(make_plan, monkeypatch):
+    """With nothing left to claim and nobody else's trial running, the worker looks at once: it
+    used to wait for its next look for a dead driver's trials (every 2 s) before it could end."""
+    from opt_train.sweep import driver
+
+    monkeypatch.setattr(driver, "ORPHAN_POLL_SECONDS", 300.0)
+    started = time.monotonic()
+    (row,) = run_sweep(make_plan([0.5])).rows
+    assert row["status"] == "ok"
+    assert time.monotonic() - started < 300  # ended by the trial, not by the look's period
+
+
 @pytest.mark.slow  # 7 s on 2 cores
 def test_failed_trials_rerun_only_on_request_in_their_own_folder(make_plan):
     plan = make_plan([0.5, 5000.0])

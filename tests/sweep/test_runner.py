@@ -79,3 +79,19 @@ def test_an_error_while_running_stops_every_child(tmp_path):
 def test_parallel_must_be_positive():
     with pytest.raises(ValueError, match="`parallel` must be >= 1. Received: parallel=0"):
         run_jobs([], 0)
+
+
+def test_the_pool_wakes_when_a_process_ends_not_at_its_next_look(tmp_path):
+    """A trial's end frees its slot at once (a pidfd per process), not at the pool's next look."""
+    from opt_train.sweep import runner
+
+    ending = runner._Running(python_job(tmp_path, "ending", "pass"))
+    waiting = runner._Running(python_job(tmp_path, "waiting", "import time; time.sleep(600)"))
+    try:
+        started = time.monotonic()
+        runner._wait_for_an_end([waiting, ending], seconds=300)
+        assert time.monotonic() - started < 300  # woken by the end, not by the timeout
+        assert ending.poll().exit_code == 0 and waiting.poll() is None
+    finally:
+        waiting.stop()
+        waiting.reap()
