@@ -32,12 +32,16 @@ def closest(name, candidates):
     return hits[0] if hits else None
 
 
-def key_hint(name, known, suggestion=None):
+_NOT_GIVEN = object()
+
+
+def key_hint(name, known, suggestion=_NOT_GIVEN):
     """"; did you mean 'logdir'?", else the valid keys when there are few, else ''.
 
-    `suggestion`: `closest(name, known)` when the caller has it already (it is the costly part).
+    `suggestion`: `closest(name, known)` (None included) when the caller has it already: it is the costly part.
     """
-    suggestion = suggestion or closest(str(name), known)
+    if suggestion is _NOT_GIVEN:
+        suggestion = closest(str(name), known)
     if suggestion:
         return f"; did you mean '{suggestion}'?"
     if len(known) <= 12:

@@ -1,6 +1,7 @@
 """Resume: a run stopped and restarted ends bit-for-bit where an uninterrupted run ends."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,11 @@ def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(cli, write
 
     resumed = cli("train", "--config", config, "--set", f"max_steps={step + 5}")
     assert resumed.exit_code == 0, resumed.output[-2000:]
-    assert f"at step {step}" in resumed.output
+    # The newest checkpoint that restores: the one the index names, or the next one when the
+    # kill came after its files were complete and before the index named it (seen once in CI-like runs).
+    found = re.search(r"resumed from \S*ckpt-(\d+) at step (\d+)", resumed.output)
+    assert found, resumed.output[-2000:]
+    assert found.group(1) == found.group(2) and int(found.group(2)) in (step, step + 1)
 
 
 @pytest.mark.slow  # 3 s on 2 cores
