@@ -7,11 +7,11 @@ notebook) when they are installed: about 2.9 s of CPU out of 6.5 in every proces
 that starts TensorFlow, none of which a training run uses. Keras imports each inside
 `try: ... except ImportError`, so a module marked absent in `sys.modules` for the
 length of the import is skipped; the marks are removed afterwards, so the process (a
-user's factory, the `digits` loader, `lr --plot`) imports any of them as usual. Inside an opt-train command, Keras's own
-scikit-learn wrappers, DataFrame inputs, image-gallery plots and notebook display of
-a file editor are therefore unavailable; opt-train calls none of them. (`requests`,
-which Keras's RemoteMonitor imports optionally, cannot be left out:
-TensorFlow's failure handling imports it unconditionally.)
+user's factory, the `digits` loader, `lr --plot`) imports any of them as usual.
+Inside an opt-train command, Keras's own scikit-learn wrappers, DataFrame inputs,
+image-gallery plots and notebook display of a file editor are therefore unavailable;
+opt-train calls none of them. (`requests`, which Keras's RemoteMonitor imports
+optionally, cannot be left out: TensorFlow's failure handling imports it unconditionally.)
 """
 
 from __future__ import annotations
