@@ -329,6 +329,39 @@ def test_run_of_many_micro_batches_equals_one_call_each():
         looped.run(iter(data), 2)
 
 
+def test_every_kind_of_step_shares_one_trace_of_the_loss_and_the_same_updates():
+    """Several updates in one call, one with statistics, one with summaries: the loss (the
+    model's forward pass) is traced once for all three, and the weights move as one call per
+    update moves them."""
+    data = np.random.default_rng(8).normal(size=(6, 3, 2)).astype(np.float32)
+
+    def make():
+        weights = tf.Variable(np.ones((2, 1), np.float32), name="w")
+        traces = []
+
+        def loss(batch):
+            traces.append(1)  # Python runs only while a function is traced
+            return tf.reduce_mean(tf.square(batch @ weights - 1.0))
+
+        op = optimize_loss(loss, "Adam", {"learning_rate": 0.05}, var_list=[weights],
+                           summaries=["variables", "gradient_norm"])
+        return weights, op, traces
+
+    kinds, op, traces = make()
+    op.run(iter(tf.data.Dataset.from_tensor_slices(data[:2])), 2)
+    op(tf.constant(data[2]), statistics=True)
+    summarized = op(tf.constant(data[3]), summarize=True)
+    op.run(iter(tf.data.Dataset.from_tensor_slices(data[4:])), 2)
+    assert len(traces) == 1
+    assert set(summarized) >= {"variables/w", "gradient_norm/w", "loss", "global_step"}
+
+    reference, plain, _ = make()
+    for batch in data:
+        plain(tf.constant(batch), statistics=False)
+    np.testing.assert_array_equal(kinds.numpy(), reference.numpy())
+    assert int(op.global_step.numpy()) == int(plain.global_step.numpy()) == 6
+
+
 @pytest.mark.parametrize("driven_by", ["call", "run"])
 @pytest.mark.slow  # 4 s on 2 cores, its 2 cases
 def test_xla_compiled_pipeline_equals_the_reference_loop(driven_by):

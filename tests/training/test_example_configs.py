@@ -33,12 +33,13 @@ def _train(cli, config, logdir, *overrides):
     return cli(*args)
 
 
-# Examples whose time goes to tracing (one trace per kind of update the loop runs) or to
+# Examples whose time goes to tracing (the update once, XLA once per kind of step the loop runs) or to
 # large updates: fewer updates, or cadences under which the loop traces fewer kinds.
 SHORTER = {
-    # ResNet-50: its updates all report and write summaries, so the loop runs one traced
-    # update (with statistics and summaries) instead of three (about 25 s each); the
-    # several-updates-in-one-call path of a Keras application is test_applications.py's.
+    # ResNet-50: its updates all report and write summaries, so the loop builds one kind of
+    # step (with statistics and summaries) instead of three: the update is traced once either
+    # way, but each kind's graph is optimized on its own; the several-updates-in-one-call
+    # path of a Keras application is test_applications.py's.
     # A fifth of an epoch (2 updates of 8 of its 80 training images, instead of 20 updates
     # over 2 epochs): the same traced update and eval, 17 CPU s less (88 -> 71 s). Without the
     # export, a third of what is left: a Keras application's export is test_applications.py's.
