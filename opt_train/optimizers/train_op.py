@@ -175,7 +175,7 @@ class TrainOp(tf.Module):
         return loss, grads
 
     def _update_core(self, batch):
-        """One micro-batch's update, what every kind of step shares: gradients, both pipelines, the apply, the counters.
+        """One micro-batch's update, all that every kind of step shares: gradients, pipelines, apply, counters.
 
         Returns `(loss, grads, learning_rate, update, applied, stages)`, the stages' reports
         without `update` and `apply`.
@@ -202,6 +202,11 @@ class TrainOp(tf.Module):
         self.micro_batches.assign_add(1)
         return loss, grads, learning_rate, update, applied, stages
 
+    @property
+    def _whole_step_xla(self):
+        """Each kind of step one XLA cluster: XLA asked for, and no all-reduce for it to stop at."""
+        return self._jit_compile and self.backend.size == 1 and self._strategy is None
+
     def _core(self):
         """`_update_core` as every kind of step calls it: one trace of the model's update for all of them.
 
@@ -212,7 +217,7 @@ class TrainOp(tf.Module):
         Under whole-step XLA each kind stays one XLA cluster, its core traced into it: an
         XLA-compiled core would return the gradients to every kind.
         """
-        if self._jit_compile and self.backend.size == 1 and self._strategy is None:
+        if self._whole_step_xla:
             return self._update_core
         if "core" not in self._compiled:
             self._compiled["core"] = tf.function(self._update_core, autograph=False)
@@ -260,13 +265,11 @@ class TrainOp(tf.Module):
     def _compiled_step(self, summarize, statistics):
         key = (summarize, statistics)
         if key not in self._compiled:
-            whole = self._jit_compile and self.backend.size == 1 and self._strategy is None
             # Traced without AutoGraph, as Keras 3's fit traces its step: nothing in it branches
             # on a tensor in Python (`_run_many`'s loops are tf.while_loops), and converting its
             # ~100 functions cost ~3 s of CPU in every process that trains.
-            self._compiled[key] = tf.function(
-                lambda batch: self._step(batch, summarize, statistics), jit_compile=whole, autograph=False
-            )
+            self._compiled[key] = tf.function(lambda batch: self._step(batch, summarize, statistics),
+                                              jit_compile=self._whole_step_xla, autograph=False)
         return self._compiled[key]
 
     @staticmethod
