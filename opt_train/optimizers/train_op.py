@@ -65,7 +65,7 @@ class TrainOp(tf.Module):
         # tf.distribute the forward/backward pass (on each replica) is; the update runs through the
         # strategy's cross-replica `update`, which XLA cannot hold.
         self._strategy = backend.strategy
-        around_allreduce = jit_compile and (backend.size > 1 or self._strategy is not None)
+        around_allreduce = jit_compile and not self._whole_step_xla
         self._forward_backward = (
             tf.function(self._gradients, jit_compile=True) if around_allreduce else self._gradients
         )
@@ -207,25 +207,28 @@ class TrainOp(tf.Module):
         """Each kind of step one XLA cluster: XLA asked for, and no all-reduce for it to stop at."""
         return self._jit_compile and self.backend.size == 1 and self._strategy is None
 
-    def _core(self):
-        """`_update_core` as every kind of step calls it: one trace of the model's update for all of them.
+    def _core(self, shared):
+        """`_update_core` as a kind of step calls it: `shared`, one trace of the model's update for every kind.
 
         Each kind of step (several updates in one call, with statistics, with summaries)
-        calls this one function, inlined into it when its graph is built (a step costs what
-        it did: `run` ~240 us an update on a tiny model either way). The model's forward and
+        calls one function, inlined into it when its graph is built (a step costs what it
+        did: `run` ~240 us an update on a tiny model either way). The model's forward and
         backward pass is traced once instead of once per kind: for ResNet-50 on CPU ~25 s of
-        start-up each.
+        start-up each. A train op's first kind, unless `run` drives it, traces the update
+        into itself: one used a single way (a call per batch) pays for no second function
+        (~0.07 s at its first call).
+
         Under whole-step XLA each kind stays one XLA cluster, its core traced into it: an
         XLA-compiled core would return the gradients to every kind.
         """
-        if self._whole_step_xla:
+        if self._whole_step_xla or not shared:
             return self._update_core
         if "core" not in self._compiled:
             self._compiled["core"] = tf.function(self._update_core, autograph=False)
         return self._compiled["core"]
 
-    def _step(self, batch, summarize, statistics):
-        loss, grads, learning_rate, update, applied, stages = self._core()(batch)
+    def _step(self, batch, summarize, statistics, shared):
+        loss, grads, learning_rate, update, applied, stages = self._core(shared)(batch)
         if not (statistics or summarize):
             # Steps nobody reports on return the loss alone: fewer outputs, less per-step cost.
             return {"loss": loss}
@@ -266,10 +269,12 @@ class TrainOp(tf.Module):
     def _compiled_step(self, summarize, statistics):
         key = (summarize, statistics)
         if key not in self._compiled:
+            # The first kind compiled shares nothing (under `run`, "run" is compiled already).
+            shared = bool(self._compiled)
             # Traced without AutoGraph, as Keras 3's fit traces its step: nothing in it branches
             # on a tensor in Python (`_run_many`'s loops are tf.while_loops), and converting its
             # ~100 functions cost ~3 s of CPU in every process that trains.
-            self._compiled[key] = tf.function(lambda batch: self._step(batch, summarize, statistics),
+            self._compiled[key] = tf.function(lambda batch: self._step(batch, summarize, statistics, shared),
                                               jit_compile=self._whole_step_xla, autograph=False)
         return self._compiled[key]
 
