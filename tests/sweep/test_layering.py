@@ -2,6 +2,7 @@
 with `ast`: nothing is imported, so no TensorFlow)."""
 
 import ast
+import functools
 import pathlib
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -19,6 +20,11 @@ def modules():
 
 def imported(path, known):
     """The opt_train modules `path` imports, at module level or inside a function (a lazy import reads it too)."""
+    return {name for name in _imported_names(path) if name in known}
+
+
+@functools.cache  # each sweep module's walk reads most of the package again
+def _imported_names(path):
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -27,7 +33,7 @@ def imported(path, known):
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-    return {name for name in names if name in known}
+    return frozenset(names)
 
 
 def reached(start, known):
