@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from opt_train import keras_bridges
-from tests.support import SMALL_RUN, run_python
+from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python
 
 # A command's process: TensorFlow imported as every command imports it, AutoGraph's
 # conversions recorded, one run that reports, summarizes, evaluates and exports; then
@@ -41,7 +41,7 @@ print(json.dumps({
     "marked": [name for name, module in sys.modules.items() if module is None],
     "converted": converted,
 }))
-"""
+""" + END_WITHOUT_TEARDOWN
 
 
 @pytest.fixture(scope="module")

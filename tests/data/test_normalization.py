@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from opt_train.data import normalization
+from tests.support import END_WITHOUT_TEARDOWN
 
 # Two tests read one trained run (a module fixture): one xdist worker runs them (scripts/test.sh: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("credit-csv")
@@ -133,7 +134,7 @@ def test_predict_and_plain_savedmodel_take_raw_rows_and_answer_in_labels(tmp_pat
         np.save({str(tmp_path / "keras.npy")!r}, model.predict(rows, verbose=0))
         np.save({str(tmp_path / "outputs.npy")!r}, out["outputs"].numpy())
         assert not any(name.startswith("opt_train") for name in sys.modules)
-    """)
+    """) + END_WITHOUT_TEARDOWN
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     np.testing.assert_array_equal(np.load(tmp_path / "served.npy"), predicted)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.data.test_tfrecord import params, write_records
 from tests.distributed.test_horovod_e2e import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun_argv
-from tests.support import REPO, read_json
+from tests.support import END_WITHOUT_TEARDOWN, REPO, read_json
 
 pytestmark = [
     pytest.mark.xdist_group("tfrecord-horovod"),  # both tests read one job (`layouts`)
@@ -25,16 +25,13 @@ LAYOUTS = {"by_file": 4, "by_record": 1}  # files the 48 records are written to
 # Then Horovod is shut down and the rank ends without the interpreter's teardown of TensorFlow
 # (1-4 s a process on a loaded 2-core host), as `opt-train` ends its ranks.
 RANK_CODE = (
-    "import os, sys\n"
+    "import sys\n"
     "from tests.data.tfrecord_rank_worker import main\n"
     "for params_path, outdir in zip(sys.argv[1::2], sys.argv[2::2]):\n"
     "    main(params_path, outdir)\n"
     "import horovod.tensorflow as hvd\n"
     "hvd.shutdown()\n"
-    "sys.stdout.flush()\n"
-    "sys.stderr.flush()\n"
-    "os._exit(0)\n"
-)
+) + END_WITHOUT_TEARDOWN
 
 
 @pytest.fixture(scope="module")

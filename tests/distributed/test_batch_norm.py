@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.support import REPO
+from tests.support import END_WITHOUT_TEARDOWN, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +46,7 @@ RUNS_IN_ONE_PROCESS = (
     "            raise\n"
     f"    print({END!r}, flush=True)\n"
     f"    print({END!r}, file=sys.stderr, flush=True)\n"
-    "os._exit(0)  # the runs' files are closed; TensorFlow's teardown is not needed\n"
-)
+) + END_WITHOUT_TEARDOWN  # the runs' files are closed
 
 
 def write_config(tmp_path, name, synchronized, replicas):

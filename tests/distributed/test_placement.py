@@ -9,7 +9,7 @@ import pytest
 
 from opt_train.distributed.placement import worker_gpus
 from opt_train.errors import ParamError
-from tests.support import run_python
+from tests.support import END_WITHOUT_TEARDOWN, run_python
 
 
 @pytest.mark.parametrize(("found", "per_worker", "local_index", "local_size", "expected"), [
@@ -53,7 +53,7 @@ def case(local_size, intra_op_variable=None):
     return [threading.get_intra_op_parallelism_threads(), threading.get_inter_op_parallelism_threads()]
 
 print(json.dumps({"shared": case(2), "alone": case(1), "chosen": case(2, "7")}))
-"""
+""" + END_WITHOUT_TEARDOWN
 
 
 @pytest.mark.slow

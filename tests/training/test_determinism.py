@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.support import SMALL_RUN, run_python
+from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python
 
 pytestmark = pytest.mark.slow  # two training processes, three runs
 
@@ -18,7 +18,7 @@ RUN = {**SMALL_RUN, "model_params": {"hidden_units": [16], "dropout": 0.3}, "max
 TRAIN = ("import sys\nfrom opt_train.cli.main import main\nfrom opt_train.training import export\n"
          "export.export_at_end = lambda run, say: None\nfor config in sys.argv[1:]:\n"
          "    try:\n        main(['train', '--config', config])\n"
-         "    except SystemExit as stop:\n        assert not stop.code, stop.code\n")
+         "    except SystemExit as stop:\n        assert not stop.code, stop.code\n" + END_WITHOUT_TEARDOWN)
 
 
 def _config(folder, **changes):

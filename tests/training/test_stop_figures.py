@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from tests.support import read_json, read_jsonl, run_python
+from tests.support import END_WITHOUT_TEARDOWN, read_json, read_jsonl, run_python
 
 # Dropout, momentum and a decaying lr (as test_resume), reporting every 5 updates, summaries
 # every 3, an evaluation every 6 and a checkpoint every 4, so the cadences cross.
@@ -78,7 +78,7 @@ for at, number, config in json.loads(sys.argv[1]):
             code = end.code
     ended.append({"code": code, "stderr": stderr.getvalue()})
 print(json.dumps(ended))
-"""
+""" + END_WITHOUT_TEARDOWN
 
 # The signalled cases: (id, at, signal, on_nonfinite: stop). SIGINT before, on and after a
 # report, SIGTERM (the same handler) on it, each with a stop check every update (on_nonfinite:
