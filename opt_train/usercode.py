@@ -140,6 +140,62 @@ def failure(key, what, error):
     return UserCodeError(key, f"{what}: {summary}", user_frames(error))
 
 
+def graph_refusal(error, factories):
+    """A `UserCodeError` for TensorFlow's refusal of a tensor used as a Python bool (or iterated) in the user's
+    code while a step is traced into a graph, located at its line; None for any other error.
+
+    `factories`: `{config key: "package.module:function"}` of the user code the run calls
+    (`TrainConfig.factories()`); the error is filed at the key whose module holds the line (`model` when none does: a model's
+    custom layers, loaded from a `.keras` file, live elsewhere). Keras 3's `fit` refuses
+    the same code: its steps are traced without AutoGraph too.
+    """
+    tensorflow = sys.modules.get("tensorflow")
+    if tensorflow is None or not isinstance(error, tensorflow.errors.OperatorNotAllowedInGraphError):
+        return None
+    stack = [(tb.tb_frame, tb.tb_lineno) for tb in _tracebacks(error.__traceback__)
+             if _is_users(tb.tb_frame.f_code.co_filename)]
+    if not stack:
+        return UserCodeError("model", _REFUSAL.format(where="the model"), user_frames(error))
+    # The user's frames alone: TensorFlow's own message and frames say nothing the line does not.
+    frames = traceback.StackSummary.extract(iter(stack))
+    details = "Traceback (most recent call last, your code):\n" + "".join(frames.format())
+    code, line = stack[-1][0].f_code, frames[-1]
+    files = {key: getattr(sys.modules.get(_module_of(target)), "__file__", None) for key, target in factories.items()}
+    key = next((key for key, file in files.items()
+                if file and os.path.abspath(file) == os.path.abspath(code.co_filename)), "model")
+    where = f"{code.co_qualname} ({line.filename}:{line.lineno}: `{(line.line or '').strip()}`)"
+    return UserCodeError(key, _REFUSAL.format(where=where), details)
+
+
+def _tracebacks(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+_REFUSAL = ("{where} uses a tensor as a Python bool or iterates over it, which a step traced into a graph "
+            "cannot do (nor can Keras's fit): use keras.ops.cond or tf.cond, keras.ops.where, or tf.while_loop")
+
+
+def _module_of(target):
+    try:
+        return split(target)[0]
+    except ValueError:
+        return None
+
+
+def _is_users(filename):
+    """Whether a traceback's file is the user's: not opt-train's, an installed package's or Python's own."""
+    import sysconfig
+
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    ours = os.path.dirname(os.path.abspath(__file__))
+    python = {os.path.abspath(sysconfig.get_paths()[name]) for name in ("stdlib", "purelib", "platlib")}
+    return not path.startswith((ours, *python)) and os.sep + "site-packages" + os.sep not in path
+
+
 def user_frames(error):
     """The traceback of `error` without opt-train's and the import machinery's frames (the user's part)."""
     ours = os.path.dirname(os.path.abspath(__file__))

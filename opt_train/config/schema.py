@@ -261,6 +261,16 @@ class TrainConfig:
         file that set it, else the folder of every config file the config was read from."""
         return code_folders(self.python_path, self.locations)
 
+    def factories(self):
+        """`{config key: "package.module:function"}` of the user's functions the config names:
+        model, data, loss and gradient transform factories."""
+        found = {f"{key}.factory": getattr(self, key)["factory"] for key in ("model", "data", "loss")
+                 if isinstance(getattr(self, key), dict) and "factory" in getattr(self, key)}
+        for index, transform in enumerate(self.gradient_transforms):
+            if isinstance(transform, dict) and "factory" in transform:
+                found[f"gradient_transforms[{index}].factory"] = transform["factory"]
+        return found
+
     def issue_for(self, section, error):
         """A library error raised while building `section` (e.g. `optimizer_params`), located.
 

@@ -37,8 +37,9 @@ def _accepts_task(function):
 def build_from_factory(spec, params, task):
     """Calls the factory as `fn(task=task, **params)` (or `fn(**params)` when it takes no `task`).
 
-    Returns the built keras.Model; a model not yet built is called once on a
-    zero batch of the task's input shape.
+    Returns the built keras.Model; a model not yet built, or built without weights (a
+    subclassed model's `build(shape)` without a `build` method of its own only marks it
+    built), is called once on a zero batch of the task's input shape.
     """
     function = load_factory(spec)
     target = spec["factory"]
@@ -56,7 +57,7 @@ def build_from_factory(spec, params, task):
     if not isinstance(model, keras.Model):
         raise ParamError.at(KEY, "wrong_type", f"Model factory '{target}' must return a keras.Model. "
                             f"Received: {type(model).__name__}")
-    if not model.built:
+    if not model.built or not model.weights:
         try:
             model(keras.ops.zeros((1,) + tuple(task.input_shape), dtype=task.input_dtype))
         except Exception as error:  # the user's layers met the data's input shape

@@ -64,6 +64,9 @@ def build_run(config, backend, *, with_train_op=True):
     problem = fit_problem(model, data.task)
     if problem:
         raise ConfigError([config.issue("model", problem, "out_of_range")])
+    if with_train_op and not model.trainable_variables:
+        raise ConfigError([config.issue("model", "the model has no trainable weights: nothing to train",
+                                        "out_of_range")])
     data = data._replace(task=_scored_as_output(config, model, data.task))
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
@@ -251,6 +254,11 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
     return train_op
 
 
+def user_code_error(config, error):
+    """The `ConfigError` of a `UserCodeError`: at its key's YAML line, the user's traceback as details."""
+    return ConfigError([config.issue(error.key, error.message, error.code)], details=error.details)
+
+
 class _config_key:
     """Re-raises a ValueError from building one part as a ConfigError at that part's YAML key."""
 
@@ -263,8 +271,7 @@ class _config_key:
 
     def __exit__(self, kind, error, traceback):
         if isinstance(error, UserCodeError):
-            issue = self.config.issue(error.key, error.message, error.code)
-            raise ConfigError([issue], details=error.details) from None
+            raise user_code_error(self.config, error) from None
         if not isinstance(error, ValueError) or isinstance(error, ConfigError):
             return False
         raise ConfigError([self.config.issue_for(self.section, error)]) from None

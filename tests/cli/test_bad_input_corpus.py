@@ -263,6 +263,11 @@ USER_MODULE = textwrap.dedent('''
     def breaks_on_input(task):
         return keras.Sequential([keras.layers.Reshape((7, 7))])
 
+    def frozen(task):
+        model = fits(task)
+        model.trainable = False
+        return model
+
     not_callable = 5
 ''')
 
@@ -284,6 +289,7 @@ FACTORY_CASES = [
     factory_case("factory_rejects_params", "takes_width", "model_params.depth: is not a parameter of",
                  params="model_params: {depth: 2}\n"),
     factory_case("factory_bad_input_shape", "breaks_on_input", "model.factory"),
+    factory_case("factory_no_trainable_weights", "frozen", "model: the model has no trainable weights"),
     factory_case("factory_missing_function", "nothing_here", "has no function"),
     factory_case("factory_not_callable", "not_callable", "has no function"),
     factory_case("factory_import_raises", "fits", "importing", module="raise ImportError('half installed')\n"),
@@ -388,6 +394,73 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, run_in, confi
     created = {path for path in created if "__pycache__" not in path}
     assert not created, created
     assert not (tmp_path / "pwned").exists()
+
+
+# A model that halves its inputs when their mean is high, deciding in Python on a tensor; and the same
+# model written with a tensor's own choice, as the error line tells.
+BRANCHES_IN_PYTHON = textwrap.dedent('''
+    import keras
+    import tensorflow as tf
+
+    class Halves(keras.Model):
+        def __init__(self, classes):
+            super().__init__()
+            self.dense = keras.layers.Dense(classes)
+
+        def call(self, x):
+            if tf.reduce_mean(x) > 0.5:
+                x = x * 0.5
+            return self.dense(x)
+
+    def make(task):
+        return Halves(task.output_dim)
+''')
+BRANCHES_IN_THE_GRAPH = BRANCHES_IN_PYTHON.replace(
+    "if tf.reduce_mean(x) > 0.5:\n            x = x * 0.5", "x = tf.where(tf.reduce_mean(x) > 0.5, x * 0.5, x)")
+
+
+def test_a_model_branching_in_python_on_a_tensor_is_one_line_at_that_line_and_its_fix_trains(
+        tmp_path, run_in, monkeypatch):
+    materialize(tmp_path, "halves.py", BRANCHES_IN_PYTHON)
+    materialize(tmp_path, "config.yaml", OK + "model: {factory: 'halves:make'}\nlogdir: run\n")
+    line = BRANCHES_IN_PYTHON.splitlines().index("        if tf.reduce_mean(x) > 0.5:") + 1
+    code, output = run_in("train", [])
+    # Found at the first step, after the run's start line: then the user's frames and one error line.
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 2 and lines[0].startswith("training ") and lines[-1].startswith("Error: "), output[-2000:]
+    assert lines[1] == "Traceback (most recent call last, your code):" and len(lines) == 5, output[-2000:]
+    assert str(REPO / "opt_train") not in output and "tensorflow" not in output, output[-2000:]
+    for part in ("Error: config.yaml:2: model.factory: Halves.call (",
+                 f"halves.py:{line}: `if tf.reduce_mean(x) > 0.5:`)", "uses a tensor as a Python bool", "tf.cond"):
+        assert part in lines[-1], lines[-1]
+    assert lines[-1].endswith("[user_code]")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    # Fixed as the line says, the same command trains in the same logdir.
+    assert BRANCHES_IN_THE_GRAPH != BRANCHES_IN_PYTHON
+    materialize(tmp_path, "halves.py", BRANCHES_IN_THE_GRAPH)
+    monkeypatch.delitem(sys.modules, "halves")
+    code, output = run_in("train", [])
+    assert code == 0 and "done: step 2" in output, output[-2000:]
+
+
+def test_the_refusal_is_filed_at_the_key_whose_module_holds_the_line(tmp_path, monkeypatch, request):
+    import importlib
+
+    import tensorflow as tf
+
+    from opt_train.usercode import graph_refusal
+
+    materialize(tmp_path, "refusing_losses.py", "import tensorflow as tf\n\ndef signed(y, p):\n"
+                "    if tf.reduce_sum(p) > 0:\n        return p - y\n    return y - p\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("refusing_losses")
+    request.addfinalizer(lambda: sys.modules.pop("refusing_losses"))
+    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError) as caught:
+        tf.function(module.signed, autograph=False)(tf.ones([2]), tf.ones([2]))
+    at_loss = graph_refusal(caught.value, {"model.factory": "halves:make", "loss.factory": "refusing_losses:signed"})
+    assert at_loss.key == "loss.factory" and "signed (" in at_loss.message and "refusing_losses.py:4: `if" in at_loss.message
+    assert graph_refusal(caught.value, {}).key == "model"  # no named module holds it: a model's own layers
+    assert graph_refusal(ValueError("another error"), {}) is None
 
 
 def test_the_corpus_is_large_enough():

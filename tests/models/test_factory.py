@@ -24,6 +24,19 @@ def without_task(width):
 
 def not_a_model():
     return "model"
+
+class Subclassed(keras.Model):
+    def __init__(self, units):
+        super().__init__()
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, x):
+        return self.dense(x)
+
+def built_without_weights(task):
+    model = Subclassed(task.output_dim)
+    model.build((None,) + tuple(task.input_shape))  # no build() of its own: marked built, no weights
+    return model
 '''
 
 
@@ -64,6 +77,13 @@ def test_factory_rejecting_params_is_a_value_error(module):
     with pytest.raises(ValueError, match=rf"is not a parameter of {module}:without_task") as caught:
         build_model({"factory": f"{module}:without_task"}, {"depth": 2}, TASK)
     assert (caught.value.key, caught.value.code) == ("model_params.depth", "unknown_key")
+
+
+def test_a_subclassed_model_built_without_weights_gets_them_from_a_zero_batch(module):
+    model = build_model({"factory": f"{module}:built_without_weights"}, {}, TASK)
+    reference = keras.layers.Dense(3)
+    reference.build((None, 4))
+    assert [tuple(v.shape) for v in model.trainable_variables] == [tuple(v.shape) for v in reference.weights]
 
 
 def test_factory_returns_keras_model_instance(module):
