@@ -79,6 +79,7 @@ def test_factory_rejecting_params_is_a_value_error(module):
     assert (caught.value.key, caught.value.code) == ("model_params.depth", "unknown_key")
 
 
+@pytest.mark.filterwarnings("ignore:`build\\(\\)` was called on layer:UserWarning")  # Keras's, about the user's model
 def test_a_subclassed_model_built_without_weights_gets_them_from_a_zero_batch(module):
     model = build_model({"factory": f"{module}:built_without_weights"}, {}, TASK)
     reference = keras.layers.Dense(3)
