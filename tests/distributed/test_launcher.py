@@ -345,6 +345,9 @@ class TestVerdicts:
         code, message, _, _ = self.run({1: "kill"}, tmp_path)
         assert (code, message) == (1, "rank 1 failed (killed by SIGKILL)")
 
+    # Waiting out a rank timeout, and a second for a second signal: the same Launcher's with
+    # backend tf are in the fast subset (test_tf_launcher.py), these two with -m slow.
+    @pytest.mark.slow
     def test_a_stopped_rank_is_named_as_hung_after_rank_timeout(self, tmp_path):
         code, message, _, _ = self.run({1: "stop"}, tmp_path, rank_timeout=1)
         assert code == 1 and message.startswith("rank 1 hung: stopped") and "1 s" in message
@@ -353,6 +356,7 @@ class TestVerdicts:
         code, message, _, _ = self.run({0: "interrupted", 1: "interrupted"}, tmp_path)
         assert (code, message) == (143, None)
 
+    @pytest.mark.slow
     def test_sigterm_to_the_launcher_reaches_every_rank_once(self, tmp_path):
         marker = tmp_path / "signals"
 

@@ -109,7 +109,9 @@ def test_a_stopped_worker_is_named_as_hung_after_rank_timeout_and_the_job_ends(t
     assert not any(_alive(worker.process.pid) for worker in launcher.ranks)
 
 
-@pytest.mark.parametrize("number, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+# Each case waits a second for a second signal that must not come: SIGINT's with -m slow.
+@pytest.mark.parametrize("number, code", [(signal.SIGTERM, 143),
+                                          pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
 def test_a_signal_to_the_launcher_reaches_every_worker_once(tmp_path, number, code):
     def signal_when_started():
         records(tmp_path, 2)
@@ -223,6 +225,7 @@ def test_np_names_the_failed_worker_in_its_last_line(tmp_path):
     assert "Traceback" not in job.stdout + job.stderr
 
 
+@pytest.mark.slow  # waits out a rank timeout; the launcher's own is test_a_stopped_worker_is_named_as_hung...
 def test_np_hands_rank_timeout_secs_to_the_launcher(tmp_path):
     # Worker 0 fails once the launcher ended the stopped worker 1; the stopped one is named.
     job, _ = run_np(tmp_path, plan={0: "peer", 1: "stop"}, extra=("--set", "rank_timeout_secs=1"))
@@ -247,7 +250,8 @@ def test_np_inside_a_worker_of_a_cluster_is_refused(tmp_path):
     assert not list(tmp_path.glob("worker*.json"))
 
 
-@pytest.mark.parametrize("number, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("number, code", [(signal.SIGTERM, 143),
+                                          pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
 def test_a_signal_to_the_np_launcher_reaches_each_worker_once(tmp_path, number, code):
     config = config_file(tmp_path)
     job = subprocess.Popen(np_command(config), cwd=REPO, env=cli_env(tmp_path, {0: "count_signals", 1: "count_signals"}),
