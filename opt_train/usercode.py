@@ -145,9 +145,9 @@ def graph_refusal(error, factories):
     code while a step is traced into a graph, located at its line; None for any other error.
 
     `factories`: `{config key: "package.module:function"}` of the user code the run calls
-    (`TrainConfig.factories()`); the error is filed at the key whose module holds the line (`model` when none does: a model's
-    custom layers, loaded from a `.keras` file, live elsewhere). Keras 3's `fit` refuses
-    the same code: its steps are traced without AutoGraph too.
+    (`TrainConfig.factories()`); the error is filed at the key whose module holds the line,
+    else at `model` (a model's custom layers, loaded from a `.keras` file, live elsewhere).
+    Keras 3's `fit` refuses the same code: its steps are traced without AutoGraph too.
     """
     tensorflow = sys.modules.get("tensorflow")
     if tensorflow is None or not isinstance(error, tensorflow.errors.OperatorNotAllowedInGraphError):
@@ -160,7 +160,8 @@ def graph_refusal(error, factories):
     frames = traceback.StackSummary.extract(iter(stack))
     details = "Traceback (most recent call last, your code):\n" + "".join(frames.format())
     code, line = stack[-1][0].f_code, frames[-1]
-    files = {key: getattr(sys.modules.get(_module_of(target)), "__file__", None) for key, target in factories.items()}
+    files = {key: getattr(sys.modules.get(_module_of(target)), "__file__", None)
+             for key, target in factories.items()}
     key = next((key for key, file in files.items()
                 if file and os.path.abspath(file) == os.path.abspath(code.co_filename)), "model")
     where = f"{code.co_qualname} ({line.filename}:{line.lineno}: `{(line.line or '').strip()}`)"
