@@ -21,6 +21,8 @@ import traceback
 
 from opt_train.errors import ParamError
 
+_OURS = os.path.dirname(os.path.abspath(__file__))  # opt-train's own files: never the user's frames
+
 
 class UserCodeError(ValueError):
     """The user's code named at config `key` failed; `details` holds its traceback lines (their frames)."""
@@ -52,7 +54,7 @@ def keep_cwd_behind_packages():
     front = sys.path[0] if sys.path else None
     if front not in ("", cwd):
         return
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(_OURS)
     if os.path.realpath(package) == os.path.realpath(cwd):
         return
     sys.path.pop(0)
@@ -192,17 +194,15 @@ def _is_users(filename):
     if filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
-    ours = os.path.dirname(os.path.abspath(__file__))
     python = {os.path.abspath(sysconfig.get_paths()[name]) for name in ("stdlib", "purelib", "platlib")}
-    return not path.startswith((ours, *python)) and os.sep + "site-packages" + os.sep not in path
+    return not path.startswith((_OURS, *python)) and os.sep + "site-packages" + os.sep not in path
 
 
 def user_frames(error):
     """The traceback of `error` without opt-train's and the import machinery's frames (the user's part)."""
-    ours = os.path.dirname(os.path.abspath(__file__))
     frames = [
         frame for frame in traceback.extract_tb(error.__traceback__)
-        if not frame.filename.startswith((ours, "<frozen "))
+        if not frame.filename.startswith((_OURS, "<frozen "))
     ]
     lines = traceback.format_list(frames)
     lines += traceback.format_exception_only(type(error), error)
