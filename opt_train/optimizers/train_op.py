@@ -108,6 +108,9 @@ class TrainOp(tf.Module):
         if self._built:
             return self
         variables, frozen = split_frozen(self._resolve_variables(batch), self._freeze_regex)
+        if not variables and not frozen:
+            raise ParamError("var_list", "missing", "holds no trainable variable", text="No variable to train: "
+                             "var_list (or, without one, the trainable variables the loss reads) is empty.")
         if not variables:
             raise ParamError(
                 "freeze_variables_regex", "out_of_range",
