@@ -154,8 +154,9 @@ def graph_refusal(error, factories):
     tensorflow = sys.modules.get("tensorflow")
     if tensorflow is None or not isinstance(error, tensorflow.errors.OperatorNotAllowedInGraphError):
         return None
+    not_users = _not_users_folders()
     stack = [(tb.tb_frame, tb.tb_lineno) for tb in _tracebacks(error.__traceback__)
-             if _is_users(tb.tb_frame.f_code.co_filename)]
+             if _is_users(tb.tb_frame.f_code.co_filename, not_users)]
     if not stack:
         return UserCodeError("model", _REFUSAL.format(where="the model"), user_frames(error))
     # The user's frames alone: TensorFlow's own message and frames say nothing the line does not.
@@ -187,15 +188,20 @@ def _module_of(target):
         return None
 
 
-def _is_users(filename):
-    """Whether a traceback's file is the user's: not opt-train's, an installed package's or Python's own."""
+def _not_users_folders():
+    """opt-train's folder and Python's own (the standard library, the installed packages)."""
     import sysconfig
 
+    paths = sysconfig.get_paths()
+    return (_OURS, *{os.path.abspath(paths[name]) for name in ("stdlib", "purelib", "platlib")})
+
+
+def _is_users(filename, not_users):
+    """Whether a traceback's file is the user's: under none of `not_users`, nor any site-packages."""
     if filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
-    python = {os.path.abspath(sysconfig.get_paths()[name]) for name in ("stdlib", "purelib", "platlib")}
-    return not path.startswith((_OURS, *python)) and os.sep + "site-packages" + os.sep not in path
+    return not path.startswith(not_users) and os.sep + "site-packages" + os.sep not in path
 
 
 def user_frames(error):

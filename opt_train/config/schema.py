@@ -264,12 +264,10 @@ class TrainConfig:
     def factories(self):
         """`{config key: "package.module:function"}` of the user's functions the config names:
         model, data, loss and gradient transform factories."""
-        found = {f"{key}.factory": getattr(self, key)["factory"] for key in ("model", "data", "loss")
-                 if isinstance(getattr(self, key), dict) and "factory" in getattr(self, key)}
-        for index, transform in enumerate(self.gradient_transforms):
-            if isinstance(transform, dict) and "factory" in transform:
-                found[f"gradient_transforms[{index}].factory"] = transform["factory"]
-        return found
+        specs = {"model": self.model, "data": self.data, "loss": self.loss,
+                 **{f"gradient_transforms[{i}]": spec for i, spec in enumerate(self.gradient_transforms)}}
+        return {f"{key}.factory": spec["factory"] for key, spec in specs.items()
+                if isinstance(spec, dict) and "factory" in spec}
 
     def issue_for(self, section, error):
         """A library error raised while building `section` (e.g. `optimizer_params`), located.
