@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -257,6 +258,22 @@ def _train_op(config, backend, task, model, schedule, optimizer_params):
 def user_code_error(config, error):
     """The `ConfigError` of a `UserCodeError`: at its key's YAML line, the user's traceback as details."""
     return ConfigError([config.issue(error.key, error.message, error.code)], details=error.details)
+
+
+@contextlib.contextmanager
+def graph_refusals(config):
+    """Within: TensorFlow's refusal of the user's Python control flow on a tensor, met while a step or
+    a serving function is traced (train, eval, predict, export), re-raised as a `ConfigError` at the
+    key of the code that holds the line (`usercode.graph_refusal`)."""
+    from opt_train import usercode
+
+    try:
+        yield
+    except Exception as error:
+        refused = usercode.graph_refusal(error, config.factories())
+        if refused is None:
+            raise
+        raise user_code_error(config, refused) from None
 
 
 class _config_key:

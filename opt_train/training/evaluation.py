@@ -160,6 +160,7 @@ def evaluate(config, checkpoint=None, report=None, raw_weights=False):
     `report(line)` hears which checkpoint was evaluated, with which weights, and each
     newer one passed over, with why.
     """
+    from opt_train.training.builder import graph_refusals
     from opt_train.training.checkpoints import resolve_checkpoint
 
     if checkpoint is None and config.restore_best_checkpoint:
@@ -177,5 +178,6 @@ def evaluate(config, checkpoint=None, report=None, raw_weights=False):
         raise TrainingFailed(f"{config.data} has no eval split to evaluate on")
     if report is not None:
         report(f"evaluating {restored}{weights_note(uses_ema(optimizer))}")
-    results = Evaluator(run.model, run.data, jit_compile=config.jit_compile, optimizer=optimizer)()
+    with graph_refusals(config):
+        results = Evaluator(run.model, run.data, jit_compile=config.jit_compile, optimizer=optimizer)()
     return {"checkpoint": restored, **{f"eval/{k}": v for k, v in results.items()}}

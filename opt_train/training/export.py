@@ -175,8 +175,11 @@ def export_checkpoint(config, checkpoint=None, out=None, raw_weights=False, repo
 
     With `use_ema`: its moving averages of the weights, unless `raw_weights` (see `restore_model`).
     """
+    from opt_train.training.builder import graph_refusals
+
     run, restored = restore_model(config, checkpoint, raw_weights, report)
-    paths = export_model(run.model, run.data.task, out or export_dir(config))
+    with graph_refusals(config):
+        paths = export_model(run.model, run.data.task, out or export_dir(config))
     return {"checkpoint": restored, **paths}
 
 
@@ -290,16 +293,19 @@ def predict(config, input_path, output_path, checkpoint=None, raw_weights=False,
     import tensorflow as tf
 
     from opt_train.atomic import write_bytes
+    from opt_train.training.builder import graph_refusals
 
     check_input_path(input_path)  # before the model is built: a typo fails at once
     run, restored = restore_model(config, checkpoint, raw_weights, report)
     task = run.data.task
     inputs = read_inputs(input_path, task, key=config.data_params.get("x_key"), data_params=config.data_params)
     batch = config.eval_batch_size or config.batch_size_per_gpu
-    # A compiled inference call, as the evaluation's, so predictions match what it scores.
+    # A compiled inference call, as the evaluation's (without AutoGraph too), so predictions match what it scores.
     model = serving_model(run.model, task)
-    step = tf.function(lambda x: serving_outputs(task, model(x, training=False)), reduce_retracing=True)
-    pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
+    step = tf.function(lambda x: serving_outputs(task, model(x, training=False)), reduce_retracing=True,
+                       autograph=False)
+    with graph_refusals(config):
+        pieces = [step(tf.constant(inputs[start:start + batch])) for start in range(0, len(inputs), batch)]
     results = {name: _plain(np.concatenate([piece[name].numpy() for piece in pieces])) for name in pieces[0]} if pieces else {}
     write_bytes(output_path, _csv_bytes(results) if output_path.endswith(".csv") else _npz_bytes(results))
     return {"checkpoint": restored, "examples": int(len(inputs)), **{k: list(v.shape) for k, v in results.items()}}

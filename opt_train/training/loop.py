@@ -29,9 +29,8 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
     fresh folder beside logdir when logdir holds a run (see `training.logdir`).
     `evaluate=False` (`--mode train`) runs no evaluation, in the run or at its end.
     """
-    from opt_train import usercode
     from opt_train.distributed import get_backend
-    from opt_train.training.builder import build_run, user_code_error
+    from opt_train.training.builder import build_run, graph_refusals
     from opt_train.training.logdir import LogdirLock, check_launch, prepare
 
     warning = check_launch(config)
@@ -56,12 +55,13 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
                 if note:
                     session.progress.message(note)
             try:
-                session.start(resume)
-                try:
-                    session.loop()
-                finally:
-                    session.end_input()
-                return session.finish()
+                with graph_refusals(config):  # the user's model or loss, traced at the first step
+                    session.start(resume)
+                    try:
+                        session.loop()
+                    finally:
+                        session.end_input()
+                    return session.finish()
             except OSError as error:
                 if error.errno == errno.ENOSPC:
                     raise TrainingFailed(f"disk full writing in {config.logdir}: {error}") from None
@@ -71,10 +71,6 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
                 lost = backend.lost_peer(error)
                 if lost:
                     raise TrainingFailed(lost) from None
-                # The user's model or loss branched in Python on a tensor: found when the first step is traced.
-                refused = usercode.graph_refusal(error, config.factories())
-                if refused is not None:
-                    raise user_code_error(config, refused) from None
                 raise
             finally:
                 session.close()

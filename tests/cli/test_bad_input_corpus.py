@@ -419,6 +419,7 @@ BRANCHES_IN_THE_GRAPH = BRANCHES_IN_PYTHON.replace(
     "if tf.reduce_mean(x) > 0.5:\n            x = x * 0.5", "x = tf.where(tf.reduce_mean(x) > 0.5, x * 0.5, x)")
 
 
+@pytest.mark.slow  # 6 s: four commands; the key of a refusal is checked in the fast subset below
 def test_a_model_branching_in_python_on_a_tensor_is_one_line_at_that_line_and_its_fix_trains(
         tmp_path, run_in, monkeypatch):
     materialize(tmp_path, "halves.py", BRANCHES_IN_PYTHON)
@@ -441,6 +442,19 @@ def test_a_model_branching_in_python_on_a_tensor_is_one_line_at_that_line_and_it
     monkeypatch.delitem(sys.modules, "halves")
     code, output = run_in("train", [])
     assert code == 0 and "done: step 2" in output, output[-2000:]
+    # The Python branch back after training: evaluating, predicting or exporting the checkpoint traces the
+    # model too, and each says the same line (they showed TensorFlow's traceback and exited 1).
+    materialize(tmp_path, "halves.py", BRANCHES_IN_PYTHON)
+    monkeypatch.delitem(sys.modules, "halves")
+    np.savez(tmp_path / "inputs.npz", x=np.zeros((3, 64), np.float32))
+    for command, args in (("eval", []), ("predict", ["--input", "inputs.npz", "--output", "out.npz"]),
+                          ("export", ["--out", "exported"])):
+        code, output = run_in(command, args)
+        last = output.strip().splitlines()[-1]
+        assert code == 2 and "Traceback (most recent call last):" not in output, (command, output[-2000:])
+        assert last.startswith("Error: config.yaml:2: model.factory: Halves.call (") and f"halves.py:{line}:" in last, (
+            command, output[-2000:])
+    assert not (tmp_path / "out.npz").exists() and not (tmp_path / "exported" / "model.keras").exists()
 
 
 def test_the_refusal_is_filed_at_the_key_whose_module_holds_the_line(tmp_path, monkeypatch, request):
