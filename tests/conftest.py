@@ -68,6 +68,22 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")
 
 
+def _one_case_fast(items):
+    """Of a test marked `one_case_fast`, the last case stays in the fast subset; the others are marked slow.
+
+    For the parity tests of one rule under several settings, dense and sparse: their last
+    case (sparse, whose problem has dense variables too, under the last setting) runs in
+    `-m "not slow"`; every case runs in the whole suite.
+    """
+    last = {}
+    for item in items:
+        if item.get_closest_marker("one_case_fast") is not None:
+            last[(item.path, item.originalname)] = item
+    for item in items:
+        if item.get_closest_marker("one_case_fast") is not None and last[(item.path, item.originalname)] is not item:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Modules with a slow test run first, each module's tests kept together and in order.
@@ -77,6 +93,7 @@ def pytest_collection_modifyitems(items):
     worker finishing a minute-long test alone while the other idles. Before pytest's own
     reordering (`tryfirst`), so that its grouping by fixture still applies.
     """
+    _one_case_fast(items)
     slow_modules = {item.module.__name__ for item in items
                     if item.get_closest_marker("slow") is not None and getattr(item, "module", None)}
     items.sort(key=lambda item: getattr(getattr(item, "module", None), "__name__", "") not in slow_modules)

@@ -16,6 +16,7 @@ def _large_lr(step):
     return 1.0 + 0.5 * np.sin(step / 3.0)
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize(
     "params", [{}, {"rho": 0.9, "epsilon": 1e-6}], ids=["defaults", "custom"]

@@ -10,6 +10,7 @@ from parity import assert_defaults, assert_parity, tf1_defaults
 V1 = tf.compat.v1.train
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("l1, l2", [(0.0, 0.0), (0.01, 0.02), (0.0, 0.05)])
 def test_matches_tf1(sparse, l1, l2):

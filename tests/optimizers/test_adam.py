@@ -11,6 +11,7 @@ from opt_train.optimizers.adam import Adam
 TF1Adam = tf.compat.v1.train.AdamOptimizer
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize(
     "params",

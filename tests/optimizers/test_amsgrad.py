@@ -30,6 +30,7 @@ def amsgrad_rule(beta_1, beta_2, epsilon, decay):
     return rule
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize(
     "sparse, decay, epsilon", [(False, False, 0.0), (True, False, 0.0), (False, True, 1e-7)]
 )

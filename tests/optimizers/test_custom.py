@@ -114,6 +114,7 @@ def adam_rule(beta_1, beta_2, epsilon):
 
 
 # -- parity -------------------------------------------------------------------
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 def test_custom_gradient_descent_matches_tf1_kernel(sparse):
     assert_parity(
@@ -123,6 +124,7 @@ def test_custom_gradient_descent_matches_tf1_kernel(sparse):
     )
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 def test_custom_gradient_descent_matches_numpy_rule(sparse):
     assert_parity(
@@ -377,6 +379,7 @@ def test_example_sign_sgd_loads_by_dotted_path():
     assert inspect.signature(SignSGD).parameters["momentum"].default == 0.0
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 def test_example_sign_sgd_matches_numpy_rule(sparse):
     from examples.my_optimizer import SignSGD

@@ -81,6 +81,7 @@ def _ours(lr, *, power=-0.5, initial=0.1, l1=0.0, l2=0.0, shrinkage=0.0, beta=0.
     )
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_parity_with_tf_kernels(setting, sparse):

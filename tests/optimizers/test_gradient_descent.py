@@ -19,6 +19,7 @@ def test_gradient_descent_matches_tf1(sparse):
     )
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("l1, l2", [(0.0, 0.0), (0.01, 0.0), (0.02, 0.05)])
 def test_proximal_gradient_descent_matches_tf1(sparse, l1, l2):

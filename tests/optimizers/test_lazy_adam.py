@@ -50,6 +50,7 @@ class NumpyLazyAdam:
         self.b2_power = self.b2_power * self.b2
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_parity_with_numpy_rule(sparse):
     assert_parity(

@@ -11,6 +11,7 @@ from parity import assert_defaults, assert_parity, run_parity, tf1_defaults
 V1 = tf.compat.v1.train
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_matches_tf1(sparse, nesterov):

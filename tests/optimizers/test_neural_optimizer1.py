@@ -26,6 +26,7 @@ def neural_optimizer1_rule(beta_1, decrease_factor):
     return rule
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 def test_matches_numpy_rule(sparse):
     assert_parity(

@@ -22,6 +22,7 @@ def _tf1_params(params):
     return {renamed.get(k, k): v for k, v in params.items()}
 
 
+@pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_parity_with_tf1_rmsprop(setting, sparse):
