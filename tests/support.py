@@ -9,6 +9,19 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
+# One or two optimizers of each family (TF1, Keras, OpenSeq2Seq, RETURNN): the cases of a test run once per
+# optimizer that stay in the fast subset; the others run with the slow tests. Each optimizer's own update rule
+# has its parity test in the fast subset.
+FAST_OPTIMIZERS = frozenset({"Momentum", "Adam", "SGD", "AdamW", "NovoGrad", "AMSGrad"})
+
+
+def optimizer_cases(names):
+    """`names` as pytest params, those outside FAST_OPTIMIZERS marked slow."""
+    import pytest
+
+    return [name if name in FAST_OPTIMIZERS else pytest.param(name, marks=pytest.mark.slow) for name in names]
+
+
 # A run of seconds (an 8-unit mlp on the digits, Adam), for tests of what training leaves in a logdir.
 SMALL_RUN = {
     "model": "mlp",

@@ -8,11 +8,12 @@ import tensorflow as tf
 from opt_train.optimizers import keras_family
 from opt_train.optimizers.registry import get
 from parity import assert_parity
+from tests.support import optimizer_cases
 
 FEW_STEPS = 30
 
 
-@pytest.mark.parametrize("name", sorted(keras_family.KERAS_CLASSES))
+@pytest.mark.parametrize("name", optimizer_cases(sorted(keras_family.KERAS_CLASSES)))
 def test_wrapper_matches_its_keras_class(name):
     keras_class, _ = keras_family.KERAS_CLASSES[name]
     wrapper = keras_family.WRAPPERS[name]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from opt_train.optimizers import OPTIMIZER_CLS_NAMES, get
+from tests.support import optimizer_cases
 
 # Required parameters without a default, per optimizer.
 REQUIRED = {
@@ -48,7 +49,7 @@ def _assert_same_optimizer(loaded, original):
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZER_CLS_NAMES))
+@pytest.mark.parametrize("name", optimizer_cases(sorted(OPTIMIZER_CLS_NAMES)))
 def test_keras_file_round_trips_the_optimizer(name, tmp_path):
     model = _trained_model(name)
     path = tmp_path / "m.keras"

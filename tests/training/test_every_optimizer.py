@@ -3,7 +3,7 @@
 import pytest
 
 from opt_train.optimizers.table import OPTIMIZER_NAMES
-from tests.support import CONFIGS, read_json
+from tests.support import CONFIGS, FAST_OPTIMIZERS, read_json
 
 # A learning rate that suits each family on this problem in a few dozen updates.
 PARAMS = {
@@ -40,17 +40,16 @@ KNOWN_NOT_LEARNING = {
 }
 
 
-# One or two of each family (TF1, Keras, OpenSeq2Seq, RETURNN) in the fast subset; the others
-# (3-8 s each on 2 loaded cores, 33 in all) run with the slow tests. Each one's update rule has its own parity
-# test under tests/optimizers; this file checks the path from YAML through the CLI.
-FAST = {"Momentum", "Adam", "SGD", "AdamW", "NovoGrad", "AMSGrad"}
+# FAST_OPTIMIZERS in the fast subset; the others (3-8 s each on 2 loaded cores, 33 in all) run with the slow
+# tests. Each one's update rule has its own parity test under tests/optimizers; this file checks the path
+# from YAML through the CLI.
 
 
 def _cases():
     for name in OPTIMIZER_NAMES:
         reason = KNOWN_NOT_LEARNING.get(name)
         marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-        if name not in FAST:
+        if name not in FAST_OPTIMIZERS:
             marks.append(pytest.mark.slow)
         yield pytest.param(name, marks=marks)
 
