@@ -11,7 +11,7 @@ CONFIGS = REPO / "configs"
 
 # One or two optimizers of each family (TF1, Keras, OpenSeq2Seq, RETURNN): the cases of a test run once per
 # optimizer that stay in the fast subset; the others run with the slow tests. Each optimizer's own update rule
-# has its parity test in the fast subset.
+# has its parity test under tests/optimizers.
 FAST_OPTIMIZERS = frozenset({"Momentum", "Adam", "SGD", "AdamW", "NovoGrad", "AMSGrad"})
 
 
