@@ -14,15 +14,18 @@ import yaml
 
 from opt_train.training.errors import RunRefused, TrainingFailed
 
-# What a run leaves in its logdir; any of them means the folder holds a run.
-RUN_FILES = ("config.yaml", "checkpoints", "metrics.jsonl", "final_metrics.json", "train", "eval")
+# What a run leaves in its logdir once it trains; any of them means the folder holds a run. A start
+# that ended before it wrote any (refused at its first step, killed while tracing it) leaves only
+# config.yaml, data.json and its HParams session, which hold nothing to resume and which the next
+# start writes again: that folder holds no run, and a changed config starts there.
+RUN_FILES = ("checkpoints", "metrics.jsonl", "final_metrics.json", "train", "eval")
 LOCK_FILE = ".lock"
 # Launchers that start one process per rank set these; a config must then ask for Horovod.
 _LAUNCHER_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 
 def holds_run(logdir):
-    """Whether `logdir` already holds (part of) a run."""
+    """Whether `logdir` already holds (part of) a run that trained."""
     return any(os.path.lexists(os.path.join(logdir, name)) for name in RUN_FILES)
 
 

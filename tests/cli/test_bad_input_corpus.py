@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 OK = "max_steps: 2\n"
@@ -455,6 +456,20 @@ def test_a_model_branching_in_python_on_a_tensor_is_one_line_at_that_line_and_it
         assert last.startswith("Error: config.yaml:2: model.factory: Halves.call (") and f"halves.py:{line}:" in last, (
             command, output[-2000:])
     assert not (tmp_path / "out.npz").exists() and not (tmp_path / "exported" / "model.keras").exists()
+
+
+def test_a_start_refused_at_its_first_step_holds_no_run_and_a_changed_config_trains_there(tmp_path, run_in):
+    materialize(tmp_path, "halves.py", BRANCHES_IN_PYTHON)
+    materialize(tmp_path, "config.yaml", OK + "model: {factory: 'halves:make'}\nlogdir: run\n")
+    code, output = run_in("train", [])
+    assert code == 2 and "uses a tensor as a Python bool" in output, output[-2000:]
+    # Before, the start's config.yaml made the folder "a run trained with another config" for the next one.
+    materialize(tmp_path, "config.yaml", OK + "model: mlp\nlogdir: run\n")
+    code, output = run_in("train", [])
+    assert code == 0 and "done: step 2" in output and "beside it" not in output, output[-2000:]
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"] == "mlp"
+    sessions = list((tmp_path / "run").glob("events.out.tfevents.*"))
+    assert len(sessions) == 1 and b"halves" not in sessions[0].read_bytes()
 
 
 def test_the_refusal_is_filed_at_the_key_whose_module_holds_the_line(tmp_path, monkeypatch, request):
