@@ -75,12 +75,12 @@ def _one_case_fast(items):
     case (sparse, whose problem has dense variables too, under the last setting) runs in
     `-m "not slow"`; every case runs in the whole suite.
     """
-    last = {}
+    cases = {}
     for item in items:
         if item.get_closest_marker("one_case_fast") is not None:
-            last[(item.path, item.originalname)] = item
-    for item in items:
-        if item.get_closest_marker("one_case_fast") is not None and last[(item.path, item.originalname)] is not item:
+            cases.setdefault((item.path, item.originalname), []).append(item)
+    for each_test in cases.values():
+        for item in each_test[:-1]:
             item.add_marker(pytest.mark.slow)
 
 
