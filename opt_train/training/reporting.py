@@ -75,9 +75,12 @@ class Reporter:
         self.summaries(step, results, split="eval")
 
     def resume(self, step):
-        """Keeps the records up to `step` (the restored one) and drops torn lines; then appends."""
+        """Keeps the records up to `step` (the restored one) and drops torn lines; then appends.
+
+        Returns the lines to tell the user (an event file TensorBoard may misorder).
+        """
         if not self.enabled:
-            return
+            return []
         kept, changed = [], False
         try:
             with open(self.jsonl_path, encoding="utf-8") as handle:
@@ -103,22 +106,37 @@ class Reporter:
         if changed:
             write_text(self.jsonl_path, "".join(json.dumps(r) + "\n" for r in kept))
         self.records = kept
-        self._restart_event_files(step)
+        return self._restart_event_files(step)
 
     def _restart_event_files(self, step):
         """Marks the resume in each event folder a run wrote before, so TensorBoard drops what follows `step`.
 
         A killed run's event files keep the summaries it wrote after its last checkpoint;
         they cannot be cut like metrics.jsonl. A `SessionLog.START` event at `step + 1`
-        is TensorBoard's own sign of a restart: it purges every earlier-written event
+        is TensorBoard's own sign of a restart: it purges every event read before it
         from that step on, so the curves show what the resumed run wrote there. TensorBoard
         takes a folder's first START for the session's beginning, not a restart, so two
         are written (the second purges whether or not the killed run wrote one).
+
+        TensorBoard reads a folder's files in name order, and TensorFlow names a file
+        `events.out.tfevents.<second>.<host>.<pid>...`: a resume within the second the
+        killed run made its file may sort before it (a lower pid), and its sign would be
+        read before the points it should purge. So the new file is made in a later second.
         """
+        notes = []
         for name in ("train", "eval"):
             folder = os.path.join(self.logdir, name)
-            if not os.path.isdir(folder) or not any(n.startswith("events.out.tfevents") for n in os.listdir(folder)):
+            earlier = [n for n in os.listdir(folder) if "tfevents" in n] if os.path.isdir(folder) else []
+            if not earlier:
                 continue
+            wait = max(map(_file_second, earlier)) + 1 - time.time()
+            if wait > _LONGEST_WAIT:
+                notes.append(
+                    f"{folder}: an event file is dated {wait:.0f} s ahead of this machine's clock; "
+                    f"TensorBoard may show the earlier run's figures after step {step}"
+                )
+            elif wait > 0:
+                time.sleep(wait)
             event = tf.compat.v1.Event(
                 wall_time=time.time(), step=step + 1,
                 session_log=tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START),
@@ -126,6 +144,7 @@ class Reporter:
             for _ in range(2):
                 # A TF2 summary writer offers no public call for a whole Event; ImportEvent is its op.
                 tf.raw_ops.ImportEvent(writer=self._writer(name)._resource, event=event.SerializeToString())
+        return notes
 
     def last_record(self, key, step):
         """The last record at `step` that holds `key` (e.g. the loss of a run that trained to here), or None."""
@@ -156,6 +175,17 @@ class Reporter:
             self._writers = {}
             if self.jsonl is not None:
                 self.jsonl.close()
+
+
+# Seconds a resume waits for its event file to sort after the earlier ones: the file was
+# made in this second, or by a clock (of another host sharing the logdir) a second ahead.
+_LONGEST_WAIT = 2.0
+
+
+def _file_second(name):
+    """The second in a TensorFlow event file's name (`events.out.tfevents.<second>.<host>...`), or 0."""
+    parts = name.split(".")
+    return int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else 0
 
 
 def _identity(record):
