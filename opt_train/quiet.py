@@ -1,5 +1,8 @@
 """TensorFlow's and absl's log lines: silenced for every command unless `--verbose` (TF-free; call before TF loads).
 
+`import_tensorflow` is the one import of TensorFlow by a command: silenced, and with a
+Ctrl-C during it kept (see `_ctrl_c_kept`).
+
 TensorFlow writes C++ lines (oneDNN notices, CUDA probing, `E0000 ... cuInit`) below
 `TF_CPP_MIN_LOG_LEVEL`, and Python lines through the `tensorflow` and `absl` loggers
 (restore warnings of a checkpoint that does not fit, deprecation notes). opt-train says
@@ -10,8 +13,11 @@ environment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 
 # Set (to "1") by --verbose, so child processes show TensorFlow's lines too.
 VERBOSE_VARIABLE = "OPT_TRAIN_VERBOSE"
@@ -46,6 +52,11 @@ def import_tensorflow():
     and device discovery only. `--verbose` (TF_CPP_MIN_LOG_LEVEL=0) shows them.
     Keras comes in without its optional bridges (`opt_train.keras_bridges`).
     """
+    with _ctrl_c_kept():
+        return _import_tensorflow()
+
+
+def _import_tensorflow():
     from opt_train.keras_bridges import left_out
 
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
@@ -66,3 +77,32 @@ def import_tensorflow():
         os.close(saved)
         os.close(devnull)
     return tensorflow
+
+
+@contextlib.contextmanager
+def _ctrl_c_kept():
+    """A Ctrl-C during the import ends the command even if it landed in a finalizer.
+
+    Python raises KeyboardInterrupt in whatever Python code runs when SIGINT arrives. In
+    a `__del__` or a weakref callback (the garbage collector runs many during
+    TensorFlow's import) it is printed as "Exception ignored" (to the silenced stderr)
+    and dropped, and the command went on to train. The signal is recorded as well, and
+    raised again once the import is done.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # a caller's own handler (a launcher, a test) is left alone
+        return
+    received = []
+
+    def interrupt(number, frame):
+        received.append(number)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt

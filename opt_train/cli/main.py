@@ -128,7 +128,7 @@ def main(argv=None):
 
 
 def _exit_without_teardown(code):
-    """Ends the process at once once TensorFlow ran, its output flushed.
+    """Ends the process at once once TensorFlow (or part of it) was imported, its output flushed.
 
     What follows `done:` otherwise is the interpreter's teardown of TensorFlow and Keras
     objects and thread pools: 1-3 s on a loaded 2-core machine (benchmarks/exit_latency.py),
@@ -139,7 +139,8 @@ def _exit_without_teardown(code):
     import logging
     import sys
 
-    if "tensorflow" not in sys.modules:
+    # A TensorFlow import cut short by Ctrl-C leaves its submodules (and threads) behind.
+    if not any(name.partition(".")[0] == "tensorflow" for name in sys.modules):
         return
     horovod = sys.modules.get("horovod.tensorflow")
     if horovod is not None and horovod.is_initialized():

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from parity import REQUIRED, assert_defaults, assert_parity
+from parity import REQUIRED, TOLERANCE, assert_defaults, assert_parity
 
 from opt_train.optimizers import classes, registry, table
 from opt_train.optimizers.amsgrad import AMSGrad
@@ -117,10 +117,17 @@ def adam_rule(beta_1, beta_2, epsilon):
 @pytest.mark.one_case_fast
 @pytest.mark.parametrize("sparse", [False, True])
 def test_custom_gradient_descent_matches_tf1_kernel(sparse):
+    # TF1's GradientDescent scatters the two contributions to a row named twice one after the
+    # other, (w - a) - b; ours subtracts their sum, w - (a + b), as TF1's other optimizers do.
+    # Equal in exact arithmetic, one rounding apart: at a weight near the floor (1e-3) one ulp
+    # of an update (~1e-2) is ~1e-6 relative, and which way it rounds depends on the CPU's
+    # kernels (1.8e-6 on an AVX-512 machine, under 1e-6 on another). The NumPy rule below sums
+    # as ours does, and holds 1e-6.
     assert_parity(
         lambda lr: CustomGradientDescent(learning_rate=lr),
         lambda lr: tf.compat.v1.train.GradientDescentOptimizer(lr),
         sparse=sparse,
+        tolerance=1e-5 if sparse else TOLERANCE,
     )
 
 

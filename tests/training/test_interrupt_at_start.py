@@ -36,3 +36,43 @@ def test_ctrl_c_during_the_tensorflow_import_exits_130(tmp_path):
     assert process.returncode == 130, out + err
     assert "Traceback" not in err and "Aborted!" not in err
     assert "interrupted by SIGINT before training started" in err  # not an exit without a word
+
+
+# A Ctrl-C that lands while the garbage collector runs a finalizer during the import: an
+# object dropped in the import's region sends SIGINT from its __del__ and goes on running
+# Python there, where the KeyboardInterrupt is raised, printed as "Exception ignored" and
+# dropped (the CI failure of the test above: the run went on to train and exited 0).
+LANDS_IN_A_FINALIZER = """
+import contextlib, os, signal
+from opt_train import keras_bridges
+from opt_train.cli.main import main
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+
+left_out = keras_bridges.left_out
+
+@contextlib.contextmanager
+def left_out_after_a_ctrl_c():
+    Finalized()
+    with left_out():
+        yield
+
+keras_bridges.left_out = left_out_after_a_ctrl_c
+main()
+"""
+
+
+def test_ctrl_c_dropped_by_a_finalizer_during_the_import_still_exits_130(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"max_steps": 5, "logdir": str(tmp_path / "run")}))
+    done = subprocess.run(
+        [sys.executable, "-c", LANDS_IN_A_FINALIZER, "train", "--config", str(config)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "interrupted by SIGINT before training started" in done.stderr
+    assert not (tmp_path / "run").exists()
