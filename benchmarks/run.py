@@ -3,7 +3,7 @@
     python -m benchmarks.run [--quick] [--out FILE]   (default: benchmarks/results/<date>-harness.json)
 
 `--quick` uses tiny models and few steps, compiles the XLA pipelines on large_mlp only and
-measures the features on the default scenario only (for the smoke test); its figures mean nothing.
+measures two features on the default scenario only (for the smoke test); its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from benchmarks.flops import MatmulProbe, mlp_step_flops
 
 PREFETCHED_BATCHES = 16
 COMPUTE_FEATURES = ("loss_scaling", "iter_size_4", "clipping", "larc")
+# A quick run measures two features (a gradient transform, the summaries): each is the same
+# loop over another config, and every feature's config is validated by the smoke test.
+QUICK_FEATURES = ("larc", "summaries_every_step")
 
 # The issue's targets: (key in "figures", comparison, threshold).
 TARGETS = (
@@ -307,7 +310,8 @@ def run_all(quick=False, workdir=None, sections=SECTIONS):
             harness.scenarios["default"], live=True, with_xla=False
         )
     if "features" in sections:
-        results["features"] = {"default": harness.features(harness.scenarios["default"])}
+        results["features"] = {"default": harness.features(harness.scenarios["default"],
+                                                           QUICK_FEATURES if quick else tuple(setups.FEATURES))}
         gc.collect()
         if not quick:  # the same section on another scenario: the smoke test runs it once
             # Summaries every 100 steps need windows of hundreds of steps: measured on the default only.

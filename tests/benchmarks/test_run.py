@@ -79,7 +79,7 @@ def test_quick_run_writes_every_section(tmp_path):
     assert ceiling_rows[0]["reachable"] == (ceiling_rows[0]["ceiling"] >= 1.5)
 
     features = results["features"]
-    assert set(features["default"]["ratio_vs_plain"]) == set(run.setups.FEATURES) - {"plain"}
+    assert set(features["default"]["ratio_vs_plain"]) == set(run.QUICK_FEATURES)
     assert set(features) == {"default"}  # large_mlp's features only in a full run
     for section in features.values():
         _pipeline_fields(section["pipelines"])
@@ -94,6 +94,15 @@ def test_quick_run_writes_every_section(tmp_path):
     assert "large_mlp.opt_train_xla/tape_loop" in figures
     assert "features.default.larc" in figures
     assert all(isinstance(row["met"], bool) for row in results["targets"])
+
+
+@pytest.mark.parametrize("feature", sorted(run.setups.FEATURES))
+def test_every_feature_is_a_valid_config_on_every_scenario(feature, tmp_path):
+    """The quick run measures two features; a full run's others are configs opt-train accepts."""
+    for quick in (True, False):
+        for scenario in run.setups.scenarios(quick).values():
+            config = run.setups.load(scenario, str(tmp_path), run.setups.FEATURES[feature])
+            assert config.logdir == str(tmp_path)
 
 
 @pytest.mark.slow

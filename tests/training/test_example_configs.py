@@ -89,12 +89,13 @@ def test_resnet50_example_validates_and_builds_keras_resnet50(tmp_path):
     assert run.train_op is not None and run.max_steps == 2 * run.updates_per_epoch
 
 
-@pytest.mark.slow  # 6 s on 2 cores
+@pytest.mark.slow  # float16 on a CPU is emulated: 300 mixed updates take ~10 s on 2 cores
 def test_mixed_precision_reaches_float32_accuracy(cli, tmp_path):
     results = {}
     for dtype in ("float32", "mixed"):
         config = CONFIGS / ("default.yaml" if dtype == "float32" else "mixed_backoff.yaml")
-        assert _train(cli, config, tmp_path / dtype, "max_steps=600").exit_code == 0
+        # 300 updates: 0.967 in float32 (0.978 after 600), well past the 0.95 asked.
+        assert _train(cli, config, tmp_path / dtype, "max_steps=300").exit_code == 0
         results[dtype] = read_json(tmp_path / dtype / "final_metrics.json")["eval/accuracy"]
     assert results["float32"] > 0.95
     assert abs(results["mixed"] - results["float32"]) < 0.02, results
