@@ -84,6 +84,8 @@ def test_a_small_application_trains_end_to_end_on_synthetic_images(cli, write_co
     })
     result = cli("train", "--config", config)
     assert result.exit_code == 0, result.output
+    # The spec's value, not its mapping ("training {'keras_application': 'MobileNet'} on ...").
+    assert "training MobileNet on synthetic_images with Adam" in result.output
     final = read_json(tmp_path / "run" / "final_metrics.json")
     assert final["global_step"] == 3 and 0.0 <= final["eval/accuracy"] <= 1.0
     assert (tmp_path / "run" / "export" / "model.keras").is_file()
