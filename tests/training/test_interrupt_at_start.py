@@ -11,6 +11,12 @@ import yaml
 from tests.support import REPO
 
 
+def _sigint_as_a_terminal_leaves_it():
+    """The child's SIGINT to its default: a suite started in the background of a script
+    (`pytest &`) has it ignored, children inherit that, and Python then raises nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _tensorflow_loaded(pid):
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
@@ -25,7 +31,7 @@ def test_ctrl_c_during_the_tensorflow_import_exits_130(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "opt_train", "train", "--config", str(config)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_a_terminal_leaves_it,
     )
     # The TensorFlow library is mapped at the start of its import, seconds before it ends.
     deadline = time.monotonic() + 120
@@ -72,6 +78,7 @@ def test_ctrl_c_dropped_by_a_finalizer_during_the_import_still_exits_130(tmp_pat
     done = subprocess.run(
         [sys.executable, "-c", LANDS_IN_A_FINALIZER, "train", "--config", str(config)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+        preexec_fn=_sigint_as_a_terminal_leaves_it,
     )
     assert done.returncode == 130, done.stdout + done.stderr
     assert "interrupted by SIGINT before training started" in done.stderr
