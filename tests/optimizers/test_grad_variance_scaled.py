@@ -29,7 +29,7 @@ def grad_variance_scaled_rule(beta_1, beta_2, epsilon):
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.slow  # 4 s on 2 cores, its 2 cases
+@pytest.mark.one_case_fast
 def test_matches_numpy_rule(sparse):
     assert_parity(
         lambda lr: GradVarianceScaled(learning_rate=lr, beta_2=0.9),

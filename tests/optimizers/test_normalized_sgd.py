@@ -19,7 +19,7 @@ def normalized_sgd_rule(w, g, rows, slots, lr, t):
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.slow  # 4 s on 2 cores, its 2 cases
+@pytest.mark.one_case_fast
 def test_matches_numpy_rule(sparse):
     assert_parity(
         lambda lr: NormalizedSGD(learning_rate=lr),

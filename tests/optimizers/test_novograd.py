@@ -85,7 +85,7 @@ def _ours(lr, decay=0.0, **params):
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
-@pytest.mark.slow  # 10 s on 2 cores, its 4 cases
+@pytest.mark.one_case_fast
 def test_parity_with_numpy_rule(setting, sparse):
     params = SETTINGS[setting]
     assert_parity(
