@@ -190,8 +190,8 @@ class Session:
                 write_run_hparams(config)  # HParams tab: every run, not only a sweep's trials
             if resume:
                 # A killed run's records after the restored step are done again: drop them.
-                for line in self.reporter.resume(self.step):
-                    self.progress.message(line)
+                for note in self.reporter.resume(self.step):
+                    self.progress.message(f"note: {note}")
         if self.controls.stopped():
             self.run.max_steps = self.step  # early stopping ended this run before
         # The train stream is a pure function of (seed, position) on every rank, so
