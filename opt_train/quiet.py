@@ -87,7 +87,7 @@ def _ctrl_c_kept():
     a `__del__` or a weakref callback (the garbage collector runs many during
     TensorFlow's import) it is printed as "Exception ignored" (to the silenced stderr)
     and dropped, and the command went on to train. The signal is recorded as well, and
-    raised again once the import is done.
+    raised again once the import is done, or instead of what an import cut short raised.
     """
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -102,6 +102,10 @@ def _ctrl_c_kept():
     signal.signal(signal.SIGINT, interrupt)
     try:
         yield
+    except BaseException:
+        if received:  # whatever the cut-short import raised instead (an ImportError of a half-made module)
+            raise KeyboardInterrupt from None
+        raise
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if received:
