@@ -269,6 +269,12 @@ class TrainConfig:
         return {f"{key}.factory": spec["factory"] for key, spec in specs.items()
                 if isinstance(spec, dict) and "factory" in spec}
 
+    def named(self, key):
+        """How a line names the `model` or `data` of the run: `mlp`, or the value of a one-key
+        spec (`MobileNet` of `{keras_application: MobileNet}`, `pkg.mod:make` of a factory)."""
+        spec = getattr(self, key)
+        return str(next(iter(spec.values()))) if isinstance(spec, dict) and len(spec) == 1 else str(spec)
+
     def issue_for(self, section, error):
         """A library error raised while building `section` (e.g. `optimizer_params`), located.
 

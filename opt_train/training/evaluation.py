@@ -175,7 +175,7 @@ def evaluate(config, checkpoint=None, report=None, raw_weights=False):
     path = found if checkpoint is not None else None  # None: the newest that restores
     run, restored, optimizer = restore_run(config, path, raw_weights, report)
     if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
-        raise TrainingFailed(f"{config.data} has no eval split to evaluate on")
+        raise TrainingFailed(f"{config.named('data')} has no eval split to evaluate on")
     if report is not None:
         report(f"evaluating {restored}{weights_note(uses_ema(optimizer))}")
     with graph_refusals(config):

@@ -205,7 +205,7 @@ class Session:
         if restored:
             self.progress.message(f"resumed from {restored} at step {self.step}")
         self.progress.message(
-            f"training {_named(config.model)} on {_named(config.data)} with {config.optimizer}: "
+            f"training {config.named('model')} on {config.named('data')} with {config.optimizer}: "
             f"{self.run.max_steps} updates, global batch {self.run.global_batch}"
         )
         if config.deterministic:
@@ -564,8 +564,3 @@ class _Benchmark:
             f"{figures['benchmark/samples_per_sec']:.0f} samples/s over "
             f"{figures['benchmark/updates_timed']} updates (after {self.warmup} warm-up updates)"
         )
-
-
-def _named(spec):
-    """`mlp`, or the value of a one-key spec (`MobileNet` of `{keras_application: MobileNet}`)."""
-    return str(next(iter(spec.values()))) if isinstance(spec, dict) and len(spec) == 1 else str(spec)

@@ -108,4 +108,4 @@ def test_eval_without_an_eval_split_says_so(cli, write_config):
     assert cli("train", "--config", config).exit_code == 0  # a checkpoint to evaluate
     result = cli("eval", "--config", config)
     assert result.exit_code == 1
-    assert "has no eval split to evaluate on" in result.output and "Traceback" not in result.output
+    assert f"{MODULE}:make has no eval split to evaluate on" in result.output and "Traceback" not in result.output
