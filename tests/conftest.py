@@ -22,6 +22,18 @@ def pytest_configure(config):
         quiet.import_tensorflow()
 
 
+@pytest.fixture(autouse=True)
+def _quiet_settings_kept():
+    """Fails the test (at its teardown) that leaves the log settings of this process changed:
+    every later test's child processes would inherit them (`--verbose` shows TensorFlow's lines)."""
+    from tests.support import QUIET_SETTINGS
+
+    before = {name: os.environ.get(name) for name in QUIET_SETTINGS}
+    yield
+    after = {name: os.environ.get(name) for name in QUIET_SETTINGS}
+    assert after == before, f"the test changed this process's log settings: {before} -> {after}"
+
+
 @pytest.fixture
 def write_config(tmp_path):
     """Writes a YAML config (a dict, layered over nothing) and returns its path."""

@@ -40,6 +40,11 @@ LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORL
                     "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OPT_TRAIN_LAUNCHED")
 
 
+# What `quiet.configure` sets for `--verbose`: a test's process (an xdist worker) passes its
+# environment on to every later test's child processes (tests/conftest.py checks it is kept).
+QUIET_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", "OPT_TRAIN_VERBOSE")
+
+
 def unlaunched_environ(**extra):
     """This process's environment without `LAUNCH_VARIABLES`, plus `extra`."""
     return {**{key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}, **extra}

@@ -1,6 +1,7 @@
 """The documentation: the MkDocs site builds with no broken link or anchor, the README's links
 resolve, and every `opt-train ...` command shown in a shell block still parses."""
 
+import os
 import pathlib
 import re
 import shlex
@@ -12,7 +13,7 @@ import pytest
 from markdown.extensions.toc import slugify
 
 from opt_train.cli.main import cli
-from tests.support import REPO
+from tests.support import QUIET_SETTINGS, REPO
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
@@ -134,8 +135,30 @@ def test_the_docs_show_commands_of_every_kind():
     assert {"train", "validate", "lr", "sweep", "convert", "data", "configs"} <= shown, shown
 
 
+@pytest.fixture
+def verbose_undone():
+    """`--verbose`'s callback runs while a line is parsed (`quiet.configure(True)`): the settings
+    it makes in this process (environment, loggers) are put back after the test."""
+    import logging
+
+    from absl import logging as absl_logging
+
+    environment = {name: os.environ.get(name) for name in QUIET_SETTINGS}
+    levels = {name: logging.getLogger(name).level for name in ("tensorflow", "absl")}
+    verbosity = absl_logging.get_verbosity()
+    yield
+    for name, value in environment.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    absl_logging.set_verbosity(verbosity)
+
+
 @pytest.mark.parametrize("page, args", DOC_COMMANDS, ids=[f"{p}: {a}"[:90] for p, a in DOC_COMMANDS])
-def test_every_command_in_the_docs_parses(page, args, tmp_path, monkeypatch):
+def test_every_command_in_the_docs_parses(page, args, tmp_path, monkeypatch, verbose_undone):
     # In an empty folder: an input file the command requires to exist (the user's own, such as
     # an OpenSeq2Seq config for `convert`) is created empty there, then the parse is run again.
     monkeypatch.chdir(tmp_path)
