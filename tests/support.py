@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+from opt_train import quiet
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
@@ -42,7 +44,7 @@ LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORL
 
 # What `quiet.configure` sets for `--verbose`: a test's process (an xdist worker) passes its
 # environment on to every later test's child processes (tests/conftest.py checks it is kept).
-QUIET_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", "OPT_TRAIN_VERBOSE")
+QUIET_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", quiet.VERBOSE_VARIABLE)
 
 
 def unlaunched_environ(**extra):
