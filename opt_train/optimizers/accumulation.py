@@ -36,16 +36,24 @@ from opt_train.optimizers.transform import GradientTransform
 class AccumulateState(NamedTuple):
     """`mini_step`: micro-batches summed into the current update; `emit`: the last call ended an update;
     `accumulators`: one float32 sum per variable (empty when k == 1); `inner`: the wrapped stages' state;
-    `loss_finite`: every micro-batch of the current update had a finite loss (None when k == 1)."""
+    `loss_finite`: every micro-batch of the current update had a finite loss (None when k == 1);
+    `per_update`: k, the micro-batches an update takes (a number, not a variable)."""
 
     mini_step: tf.Variable
     emit: tf.Variable
     accumulators: tuple
     inner: Any
     loss_finite: Any = None
+    per_update: int = 1
 
     def report(self):
         return {"update": self.emit.read_value()}
+
+    def micro_batches_left(self):
+        """The micro-batches until the current update ends, the next one included (a host read when k > 1)."""
+        if self.per_update == 1:
+            return 1
+        return self.per_update - int(self.mini_step.numpy())
 
 
 def _add_into(accumulator, gradient):
@@ -103,6 +111,7 @@ def accumulate(k, inner, mode="mean"):
             accumulators=accumulators,
             inner=inner.init(variables),
             loss_finite=tf.Variable(True, trainable=False, name="loss_finite") if k > 1 else None,
+            per_update=k,
         )
 
     def update_every_call(grads, state, variables=None, **extra):

@@ -75,6 +75,10 @@ class FiniteState(NamedTuple):
             "consecutive_overflows": self.consecutive_overflows.read_value(),
         }
 
+    def stopping(self):
+        """Whether the stop policy says the run must end: a tensor, for compiled loops (no host read)."""
+        return self.stop_code.read_value() > 0
+
     def stop_reason(self):
         """None, or why the run must stop (reads one scalar)."""
         code = int(self.stop_code.numpy())

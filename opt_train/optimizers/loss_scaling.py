@@ -2,7 +2,8 @@
 
 The loss is multiplied by `scaler.loss_scale` before the backward pass so that
 small float16 gradients do not flush to zero; `unscale` divides them back in
-float32 before any stage looks at their magnitude. Once per optimizer update
+float32 before any stage looks at their magnitude; its state, `ScaleState`, is
+where the train op finds the scale it multiplies the loss by. Once per optimizer update
 the finite check calls `scaler.update(finite, amax)` with the verdict on the
 accumulated, reduced gradient, and the scaler picks the next scale.
 
@@ -14,11 +15,13 @@ checkpointable) and exposes the same four members: `loss_scale`,
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 import tensorflow as tf
 
 from opt_train.optimizers import names
-from opt_train.optimizers.transform import GradientTransform, init_empty, map_values
+from opt_train.optimizers.transform import GradientTransform, map_values
 
 
 class StaticLossScale(tf.Module):
@@ -258,8 +261,25 @@ def get_loss_scaler(loss_scaling=1.0, loss_scaling_params=None):
     return AutomaticLossScaler(value, params)
 
 
+class ScaleState(NamedTuple):
+    """The pipeline's loss scaler (the one the finite check updates), held by the stage that removes its scale.
+
+    It keeps no variable of its own: the scaler's are checkpointed as the train op's
+    `loss_scaler` item, as they always were.
+    """
+
+    loss_scaler: Any
+
+    def scale_loss(self, loss):
+        """The float32 loss times the current scale: what the backward pass differentiates."""
+        return loss * tf.cast(self.loss_scaler.loss_scale, tf.float32)
+
+    def report(self):
+        return {"loss_scale": tf.cast(self.loss_scaler.loss_scale, tf.float32)}
+
+
 def unscale(scaler):
-    """Divides gradients by the loss scale in float32 (stage 1 of the pipeline).
+    """Divides gradients by the loss scale in float32 (stage 1 of the pipeline); its state is `ScaleState`.
 
     Gradients are cast to float32 first, so the accumulated and reduced
     gradient is float32 whatever the variables' dtype. Extra input
@@ -293,4 +313,8 @@ def unscale(scaler):
                 out.append(g)
         return out, state
 
-    return GradientTransform(init_empty, update)
+    def init(variables):
+        del variables
+        return ScaleState(scaler)
+
+    return GradientTransform(init, update)

@@ -234,7 +234,6 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         iter_size_mode=iter_size_mode,
     )
     return TrainOp(
-        loss, opt, pipeline, scaler, distributed, var_list,
+        loss, opt, pipeline, distributed, var_list, count_skipped_updates=count_skipped_updates,
         freeze_variables_regex=freeze_variables_regex, summaries=summaries, jit_compile=jit_compile,
-        iter_size=iter_size, count_skipped_updates=count_skipped_updates,
     )

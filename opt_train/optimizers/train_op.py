@@ -10,6 +10,11 @@
 - `micro_batches` counts every micro-batch run, skipped updates included: the data
   position a resumed run starts its stream at.
 
+What the train op must know of the pipeline it asks the pipeline's state, as optax's
+`MultiSteps.has_updated` is asked: the loss scale (the unscale stage's `ScaleState`), the
+micro-batches an update takes (`accumulate`'s `AccumulateState`), whether a stop policy
+fired (the finite check's state). It keeps no copy of them.
+
 Under tf.distribute (`backend.strategy`), `pipeline.local` runs on every replica
 (`strategy.run`) and the rest once per process in cross-replica context; see
 opt_train/distributed/tfdist.py.
@@ -20,7 +25,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from opt_train.errors import ParamError
-from opt_train.optimizers import names
 from opt_train.optimizers.finite import l2_norm
 from opt_train.optimizers.freezing import split_frozen, variable_path
 from opt_train.optimizers.transform import report, state_variables, states_with
@@ -37,20 +41,18 @@ class _PipelineVariables(tf.Module):
 class TrainOp(tf.Module):
     """Runs whole updates: `update(iterator)` one, `run(iterator, updates)` many in one compiled call.
 
-    `iter_size` lives here (with the accumulate transform): callers count updates and
-    never micro-batches. `train_op(batch)` runs a single micro-batch, for callers
+    Callers count updates and never micro-batches: how many an update takes is the
+    accumulate stage's. `train_op(batch)` runs a single micro-batch, for callers
     that feed batches themselves. See `optimize_loss` for the returned entries.
     """
 
-    # No defaults for iter_size and count_skipped_updates: theirs are `optimize_loss`'s (the config keys').
-    def __init__(self, loss, optimizer, pipeline, scaler, backend, var_list, *, iter_size, count_skipped_updates,
+    # No default for count_skipped_updates: its default is `optimize_loss`'s (the config key's).
+    def __init__(self, loss, optimizer, pipeline, backend, var_list, *, count_skipped_updates,
                  freeze_variables_regex=None, summaries=(), jit_compile=False):
         super().__init__(name="train_op")
         self.loss_fn = loss
         self.optimizer = optimizer
-        self.scaler = scaler
         self.backend = backend
-        self.iter_size = names.check_iter_size(iter_size)
         self.count_skipped_updates = bool(count_skipped_updates)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         # Every micro-batch run, skipped updates included: where the data stream stands.
@@ -75,6 +77,8 @@ class TrainOp(tf.Module):
         )
         self._state = None
         self._has_gradient = ()
+        self._scale = None
+        self._accumulation = None
         self._stoppers = ()
         self.variables_to_train = None
         self.frozen_variables = None
@@ -129,7 +133,10 @@ class TrainOp(tf.Module):
             self._state = {"local": self._pipeline.local.init(variables),
                            "accumulate": self._pipeline.shared.init(variables)}
         self._pipeline_variables = _PipelineVariables(state_variables(self._state))
-        # The stages with a stop policy (the finite check), each owning its verdict.
+        # What the step asks the pipeline: its loss scale, how many micro-batches an update
+        # takes, and the stages with a stop policy (the finite check), each owning its verdict.
+        (self._scale,) = states_with(self._state, "scale_loss")
+        (self._accumulation,) = states_with(self._state, "micro_batches_left")
         self._stoppers = states_with(self._state, "stop_reason")
         self._built = True
         return self
@@ -138,7 +145,7 @@ class TrainOp(tf.Module):
     def _gradients(self, batch):
         with tf.GradientTape() as tape:
             loss = tf.cast(self.loss_fn(batch), tf.float32)
-            scaled = loss * tf.cast(self.scaler.loss_scale, tf.float32)
+            scaled = self._scale.scale_loss(loss)
         return loss, tape.gradient(scaled, self.variables_to_train)
 
     def _apply(self, grads):
@@ -242,8 +249,7 @@ class TrainOp(tf.Module):
             "update": update,
             "applied": applied,
             "learning_rate": learning_rate,
-            "loss_scale": tf.cast(self.scaler.loss_scale, tf.float32),
-            **stages,
+            **stages,  # loss_scale first: the unscale stage's
         }
         if summarize:
             result.update(self._summary_entries(grads, larc, learning_rate))
@@ -291,7 +297,7 @@ class TrainOp(tf.Module):
             )
 
     def update(self, iterator, summarize=False, statistics=True):
-        """Runs one update (its `iter_size` micro-batches from `iterator`); returns its statistics.
+        """Runs one update (the micro-batches left in it, from `iterator`); returns its statistics.
 
         Only the micro-batch that ends the update asks for statistics or summaries.
         When skipped updates do not count, attempts repeat until one counts or a
@@ -302,8 +308,8 @@ class TrainOp(tf.Module):
         start = None if self.count_skipped_updates else int(self.global_step.numpy())
         losses = []
         while True:
-            for index in range(self.iter_size):
-                last = index == self.iter_size - 1
+            for left in range(self._accumulation.micro_batches_left(), 0, -1):
+                last = left == 1
                 result = self._compiled_step(bool(summarize and last), bool(statistics and last))(next(iterator))
                 losses.append(result["loss"])
             # Reading the step is a host sync, paid only on the updates someone reports on.
@@ -334,34 +340,25 @@ class TrainOp(tf.Module):
         """True once a stage's stop policy says the run must end (a tensor; no host sync)."""
         if not self._stoppers:
             return tf.constant(False)
-        return tf.reduce_any(tf.stack([s.stop_code.read_value() > 0 for s in self._stoppers]))
+        return tf.reduce_any(tf.stack([stopper.stopping() for stopper in self._stoppers]))
 
     def _run_many(self, iterator, updates):
         # A nested tf.function is inlined, unless it is XLA-compiled: then it is one cluster.
         step = self._compiled_step(False, False)
+        # Micro-batch after micro-batch until global_step reaches the target: it moves only
+        # where an update ends (has_updated), so this runs whole updates. A skipped update
+        # moves it only when skipped updates count; otherwise the loop also ends where a stop
+        # policy fires. Every rank takes the same turns: the finite verdict is collective.
+        target = self.global_step.read_value() + updates
 
-        def micro_batches(total, count, how_many):
-            """`how_many` micro-batches from `iterator`, their losses added to `total`."""
-            def one(index, total, count):
-                return index + 1, total + step(next(iterator))["loss"], count + 1
+        def going(total, count):
+            more = self.global_step < target
+            return more if self.count_skipped_updates else tf.logical_and(more, tf.logical_not(self._stopping()))
 
-            _, total, count = tf.while_loop(lambda index, total, count: index < how_many, one,
-                                            (tf.constant(0, tf.int64), total, count))
-            return total, count
-
-        start = (tf.constant(0.0, tf.float32), tf.constant(0, tf.int64))
-        if self.count_skipped_updates:
-            total, count = micro_batches(*start, updates * self.iter_size)
-        else:
-            # A skipped update does not move global_step: loop until it reaches the target.
-            # Every rank takes the same turns: the finite verdict (hence the step) is collective.
-            target = self.global_step.read_value() + updates
-            iter_size = tf.constant(self.iter_size, tf.int64)
-            total, count = tf.while_loop(
-                lambda total, count: tf.logical_and(self.global_step < target, tf.logical_not(self._stopping())),
-                lambda total, count: micro_batches(total, count, iter_size),
-                start,
-            )
+        total, count = tf.while_loop(
+            going, lambda total, count: (total + step(next(iterator))["loss"], count + 1),
+            (tf.constant(0.0, tf.float32), tf.constant(0, tf.int64)),
+        )
         return total / tf.cast(tf.maximum(count, 1), tf.float32)
 
     def __call__(self, batch, summarize=False, statistics=True):
@@ -381,7 +378,17 @@ class TrainOp(tf.Module):
 
     def fill_data_position(self):
         """For a checkpoint saved before `micro_batches` existed, when every update counted."""
-        self.micro_batches.assign(self.global_step * self.iter_size)
+        self.micro_batches.assign(self.global_step * self.micro_batches_per_update)
+
+    @property
+    def micro_batches_per_update(self):
+        """`iter_size`, as the accumulate stage's state holds it (after `build()`)."""
+        return self._accumulation.per_update
+
+    @property
+    def loss_scaler(self):
+        """The pipeline's loss scaler, as the unscale stage's state holds it (after `build()`)."""
+        return self._scale.loss_scaler
 
     # -- state -------------------------------------------------------------------
     def checkpoint_items(self):
@@ -392,7 +399,7 @@ class TrainOp(tf.Module):
             "micro_batches": self.micro_batches,
             "optimizer": self.optimizer,
             "pipeline": self._pipeline_variables,
-            "loss_scaler": self.scaler,
+            "loss_scaler": self.loss_scaler,
         }
         if self._stoppers:
             # Also under its own name, as checkpoints have always had it.
@@ -403,7 +410,7 @@ class TrainOp(tf.Module):
         """Every variable the run's state is made of (broadcast from rank 0 after a resume)."""
         self.build()
         found = [self.global_step, self.micro_batches, *self.optimizer.variables,
-                 *self._pipeline_variables.state, *self.scaler.variables]
+                 *self._pipeline_variables.state, *self.loss_scaler.variables]
         unique, seen = [], set()
         for variable in found:
             if id(variable) not in seen:

@@ -70,10 +70,11 @@ def test_a_config_s_pipeline_keys_reach_the_train_op(tmp_path):
     loaded = load_config([str(path)])
     run = build_run(loaded, get_backend())
     op = run.train_op
-    assert op.iter_size == 2 and op.count_skipped_updates is True
-    assert op.scaler.algorithm == "Backoff" and tuple(op._summaries) == ("gradients",)
-    assert type(op.optimizer).__name__ == "SGD"
     batch = next(iter(run.data.train))
+    op.build(batch)
+    assert op.micro_batches_per_update == 2 and op.count_skipped_updates is True
+    assert op.loss_scaler.algorithm == "Backoff" and tuple(op._summaries) == ("gradients",)
+    assert type(op.optimizer).__name__ == "SGD"
     for _ in range(2):
         result = op(batch)
     assert "global_clipped_gradient_norm" in result  # max_grad_norm reached the pipeline
