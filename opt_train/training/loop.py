@@ -86,6 +86,7 @@ class Session:
     def __init__(self, run, benchmark=False, stream=None, stop_requests=None):
         from opt_train.training.checkpoints import Checkpoints
         from opt_train.training.evaluation import Evaluator
+        from opt_train.training.interval import ReportInterval
         from opt_train.training.progress import Progress
         from opt_train.training.reporting import Reporter
 
@@ -95,15 +96,14 @@ class Session:
         self.config = config = run.config
         self.chief = run.backend.is_chief
         self.iterator = None
+        self.interval = ReportInterval(tf)
         items = {
             "model": run.model,
             # A Keras 3 model does not track its layers' seed generators (dropout's RNG
             # state); listing every variable makes a resumed run draw the same masks.
             "model_variables": list(run.model.variables),
             **run.train_op.checkpoint_items(),
-            # The loss of the print_loss_steps interval so far (sum, micro-batches), so a run
-            # resumed inside an interval reports the same loss as one never stopped.
-            "report_interval": self._carry_variable(tf),
+            "report_interval": self.interval.variable,
         }
         from opt_train.training.controls import Controls
 
@@ -141,20 +141,8 @@ class Session:
         # Set when a sweep with a pruner runs this trial (opt_train/training/pruning.py, opt_train/trial.py).
         self.trial_link = trial_link()
         self.step = 0
-        # Micro-batches consumed (the train op's data position), as of the last read.
-        self._position = 0
         self.eval_results = {}
         self.last_figures = {}
-        # The print_loss_steps interval so far: (mean loss, micro-batches) pairs, its start
-        # (time, data position).
-        self._interval_losses = []
-        self._interval_start = None
-        self._interval_first = 0
-        self._carried = (0.0, 0)
-
-    def _carry_variable(self, tf):
-        self._carry = tf.Variable([0.0, 0.0], dtype=tf.float64, trainable=False, name="report_interval")
-        return self._carry
 
     # -- phases ------------------------------------------------------------
     def start(self, resume):
@@ -162,9 +150,6 @@ class Session:
         restored = self.checkpoints.restore() if resume else None
         for note in self.checkpoints.notes:
             self.progress.message(note)
-        if restored:
-            total, count = self._carry.numpy()
-            self._carried = (float(total), int(count))
         if not restored and config.load_model:
             from opt_train.training.compat import warm_start_run
 
@@ -174,7 +159,7 @@ class Session:
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
         )
         self.step = int(self.run.train_op.global_step.numpy())
-        self._position = self.run.train_op.data_position
+        self.interval.restored(self.run.train_op.data_position)
         if self.chief:
             # Only now that the checkpoint restored whole: config.yaml says what trained the logdir.
             os.makedirs(config.logdir, exist_ok=True)
@@ -200,7 +185,7 @@ class Session:
         # A streamed source (TFRecord) starts at the epoch the position falls in instead
         # of reading every batch before it.
         self.iterator = iter(self.run.backend.distribute(
-            self.run.data.train_from(self._position), self.config.batch_size_per_gpu
+            self.run.data.train_from(self.interval.position), self.config.batch_size_per_gpu
         ))
         if restored:
             self.progress.message(f"resumed from {restored} at step {self.step}")
@@ -229,8 +214,7 @@ class Session:
         config = self.config
         train_op = self.run.train_op
         end = self.run.max_steps if until is None else min(until, self.run.max_steps)
-        if self._interval_start is None:
-            self._interval_start, self._interval_first = time.perf_counter(), self._position
+        self.interval.open()
         self.profiler.at(self.step)
         while self.step < end:
             # Updates up to the next step where something happens run in one compiled
@@ -273,11 +257,11 @@ class Session:
                 self._save()
             # samples/s measures training: evaluation and saving time is left out.
             paused = time.perf_counter() - paused
-            self._interval_start += paused
+            self.interval.paused(paused)
             self.cadence.paused(paused)
             if self.benchmark:
                 # After the step's host work, so the warm-up's first report is not timed.
-                self.benchmark.tick(self.step, self._position)
+                self.benchmark.tick(self.step, self.interval.position)
             if checks:
                 # A signal stops the run only after this step's report, evaluation and
                 # checkpoint: a resumed run starts after them, so none is lost or merged
@@ -293,27 +277,17 @@ class Session:
 
     def _save(self):
         """A checkpoint at this step, carrying the report interval's loss so far (all ranks call it)."""
-        total, count = self._fold_interval()
-        if self.run.backend.size > 1:
-            total = self.run.backend.allreduce_scalar(total, op="mean")
-        self._carried = (total, count)
-        self._carry.assign([total, float(count)])
+        self.interval.carry(self._mean_across_ranks)
         self.checkpoints.save(self.step)
+
+    def _mean_across_ranks(self, value):
+        if self.run.backend.size > 1:
+            return self.run.backend.allreduce_scalar(value, op="mean")
+        return value
 
     def _count_losses(self, mean_loss):
         """Adds the mean loss of the micro-batches run since the last count to the interval."""
-        position = self.run.train_op.data_position
-        self._interval_losses.append((mean_loss, position - self._position))
-        self._position = position
-
-    def _fold_interval(self):
-        """The interval's (loss sum, micro-batches) so far, its pending losses added in order."""
-        total, count = self._carried
-        for loss, micro_batches in self._interval_losses:
-            total += float(loss) * micro_batches
-            count += micro_batches
-        self._carried, self._interval_losses = (total, count), []
-        return total, count
+        self.interval.count(mean_loss, self.run.train_op.data_position)
 
     def _wants_summaries(self, step):
         every = self.config.save_summaries_steps
@@ -468,19 +442,11 @@ class Session:
         raise Pruned(f"pruned at step {self.step}: {self.trial_link.metric} is behind the other trials")
 
     def _report(self, result):
-        micro_batches = self._position - self._interval_first
-        elapsed = time.perf_counter() - self._interval_start
         figures = _scalars(result)
-        # The mean over the updates since the last multiple of print_loss_steps, whatever
-        # stops and resumes came between: a function of the step alone.
-        total, count = self._fold_interval()
-        loss = total / count
-        if self.run.backend.size > 1:
-            # The global batch's loss: the ranks' equal-sized shares, averaged.
-            loss = self.run.backend.allreduce_scalar(loss, op="mean")
+        loss, micro_batches, elapsed = self.interval.close(
+            self.step % self.config.print_loss_steps == 0, self._mean_across_ranks
+        )
         figures["loss"] = loss
-        if self.step % self.config.print_loss_steps == 0:
-            self._carried = (0.0, 0)
         # Samples read, skipped updates' included: what the hardware processed.
         samples = micro_batches * self.config.batch_size_per_gpu * self.run.backend.size
         figures["samples_per_sec"] = samples / max(elapsed, 1e-9)
@@ -488,7 +454,7 @@ class Session:
         self.progress.update(self.step, figures)
         self.reporter.record({"step": self.step, **figures})
         self.reporter.summaries(self.step, {"loss": figures["loss"], "samples_per_sec": figures["samples_per_sec"]})
-        self._interval_start, self._interval_first = time.perf_counter(), self._position
+        self.interval.restart()
 
     def _evaluate(self):
         from opt_train.training.evaluation import weights_note
