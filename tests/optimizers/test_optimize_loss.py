@@ -342,6 +342,37 @@ def test_run_of_many_micro_batches_equals_one_call_each():
         looped.run(iter(data), 2)
 
 
+def test_update_and_run_finish_an_update_begun_one_micro_batch_at_a_time():
+    """The train op asks the accumulate stage how many micro-batches are left in the update
+    (optax's `MultiSteps` style), so after a caller fed some of an update's micro-batches
+    itself, `update` and `run` end that update instead of running `iter_size` more."""
+    data = np.random.default_rng(9).normal(size=(6, 3, 2)).astype(np.float32)
+
+    def make():
+        weights = tf.Variable(np.ones((2, 1), np.float32), name="w")
+
+        def loss(batch):
+            return tf.reduce_mean(tf.square(batch @ weights - 1.0))
+
+        return weights, optimize_loss(loss, "Momentum", {"learning_rate": 0.05, "momentum": 0.9},
+                                      var_list=[weights], iter_size=3)
+
+    mixed, op = make()
+    op(tf.constant(data[0]), statistics=False)
+    result = op.update(iter(tf.data.Dataset.from_tensor_slices(data[1:3])))
+    assert bool(result["update"]) and bool(result["applied"])
+    assert (int(op.global_step.numpy()), op.data_position) == (1, 3)
+    op(tf.constant(data[3]), statistics=False)
+    op(tf.constant(data[4]), statistics=False)
+    op.run(iter(tf.data.Dataset.from_tensor_slices(data[5:])), 1)
+    assert (int(op.global_step.numpy()), op.data_position) == (2, 6)
+
+    fed, reference = make()
+    for batch in data:
+        reference(tf.constant(batch), statistics=False)
+    np.testing.assert_array_equal(mixed.numpy(), fed.numpy())
+
+
 def test_every_kind_of_step_shares_one_trace_of_the_loss_and_the_same_updates():
     """Several updates in one call, one with statistics, one with summaries: the loss (the
     model's forward pass) is traced once for all three, and the weights move as one call per
