@@ -4,7 +4,7 @@ Both ends read this module and nothing of each other: the sweep (`opt_train/swee
 describes the trial in `OPT_TRAIN_SWEEP_TRIAL` and reads the failure record; the
 trainer (`opt_train/training/pruning.py`, `opt-train train`) reads the description,
 builds the same pruner, exits `PRUNED_EXIT_CODE` when pruned and, when it fails,
-writes `failure.json` in its logdir:
+writes `failure.json` in its logdir (under `--np`, the launcher writes its verdict last):
 
     {"exit_code": 1, "error": "TrainingFailed", "key": null, "code": null,
      "message": "stopped at step 10: 3 consecutive non-finite steps"}
@@ -23,7 +23,7 @@ from opt_train.errors import PRUNED_EXIT_CODE
 
 __all__ = [
     "ENVIRONMENT_VARIABLE", "FAILURE_FILE", "PRUNED_EXIT_CODE", "PRUNERS", "clear_failure", "describe",
-    "description", "make_pruner", "read_failure", "write_failure",
+    "description", "make_pruner", "read_failure", "write_failure", "write_launch_failure",
 ]
 
 ENVIRONMENT_VARIABLE = "OPT_TRAIN_SWEEP_TRIAL"
@@ -67,6 +67,22 @@ def write_failure(logdir, exit_code, error, message, key=None, code=None):
     record = {"exit_code": int(exit_code), "error": error, "key": key, "code": code, "message": str(message)}
     os.makedirs(logdir, exist_ok=True)
     write_json(os.path.join(logdir, FAILURE_FILE), record)
+
+
+def write_launch_failure(logdir, exit_code, message):
+    """Writes the launcher's verdict on a failed `--np` job, which names the rank that failed, as its failure record.
+
+    Every rank writes its own failure into the one logdir and the last write wins, so a
+    rank that only lost its peer may write after the rank that failed. The launcher writes
+    once every rank has ended. The record its verdict quotes (the failed rank's) lends it
+    its error, key and code.
+    """
+    earlier = read_failure(logdir)
+    if earlier is not None and earlier["message"] and earlier["message"] in message:
+        error, key, code = earlier["error"], earlier["key"], earlier["code"]
+    else:
+        error, key, code = "WorkerFailed", None, None
+    write_failure(logdir, exit_code, error, message, key=key, code=code)
 
 
 def read_failure(logdir):

@@ -131,8 +131,21 @@ def _launch(config, configs, overrides, flags, num_proc, hosts, ssh):
     code, message = launch(command, num_proc, hosts=hosts, rank_timeout=config.rank_timeout_secs,
                            backend=launch_backend(workers.distributed), ssh=Ssh(*ssh))
     if message:
+        _record_launch_failure(config.logdir, code, message)
         click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(code)
+
+
+def _record_launch_failure(logdir, code, message):
+    """In a sweep's trial, the launcher's verdict is the trial's failure record (opt_train/trial.py)."""
+    from opt_train import trial
+
+    if trial.description() is None:
+        return
+    try:
+        trial.write_launch_failure(logdir, code, message)
+    except OSError:
+        pass  # a logdir that cannot be written: the sweep falls back to the log, where the verdict is too
 
 
 def _check_hosts(hosts, num_proc):

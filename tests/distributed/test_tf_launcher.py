@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from opt_train import trial
 from opt_train.distributed import launcher as launcher_module
 from opt_train.distributed.launcher import Launcher, TFConfigPlan, _state
 from tests.support import REPO, unlaunched_environ
@@ -223,6 +224,23 @@ def test_np_names_the_failed_worker_in_its_last_line(tmp_path):
     assert job.returncode == 1
     assert job.stderr.strip().splitlines()[-1] == "Error: worker 1 failed (exit code 1): Error: worker-specific trouble"
     assert "Traceback" not in job.stdout + job.stderr
+
+
+def test_in_a_sweeps_trial_the_failure_record_is_the_launchers_verdict_naming_the_failed_worker(tmp_path):
+    """Each worker writes its failure record into the one logdir, and worker 0, which only lost
+    its peer, writes last: the launcher's verdict, written once every worker ended, is what the
+    sweep reads (before, the trial's reason was "a collective's peer is gone")."""
+    logdir = tmp_path / "run"
+    env = {**cli_env(tmp_path, {0: "peer", 1: "fail"}), **trial.describe(None, "study", 0, "eval/loss"),
+           "TF_WORKER_LOGDIR": str(logdir)}
+    job = subprocess.run(np_command(config_file(tmp_path)), cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=WAIT_SECONDS)
+    assert job.returncode == 1, job.stdout + job.stderr
+    verdict = "worker 1 failed (exit code 1): Error: worker-specific trouble"
+    assert job.stderr.strip().splitlines()[-1] == f"Error: {verdict}"
+    # The failed worker's own record was overwritten by worker 0's: nothing quoted lends its error.
+    assert trial.read_failure(str(logdir)) == {"exit_code": 1, "error": "WorkerFailed", "key": None, "code": None,
+                                               "message": verdict}
 
 
 @pytest.mark.slow  # waits out a rank timeout; the launcher's own is test_a_stopped_worker_is_named_as_hung...

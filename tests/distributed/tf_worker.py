@@ -15,6 +15,8 @@ It writes OUTDIR/worker<index>.json (pid, argv, TF_CONFIG) once started, then:
 - `kill` / `stop`: SIGKILL / SIGSTOP itself; `wait`: sleep (the test signals it);
 - `peer`: as a worker inside a collective: runs while every other worker does, and once
   one is gone (exited, or killed, by a signal or by the launcher) fails at once, exit 1;
+  a worker that fails in a sweep's trial writes its failure record into TF_WORKER_LOGDIR,
+  as `opt-train train` does;
 - `count_signals`: counts SIGTERM / SIGINT until the first, then writes how many it got.
 """
 
@@ -26,6 +28,8 @@ import signal
 import socket
 import sys
 import time
+
+from opt_train import trial
 
 MEET_SECONDS = 60
 
@@ -95,6 +99,14 @@ def wait_for_a_lost_peer(outdir, index, count):
         time.sleep(0.05)
 
 
+def fail(message):
+    """Exits 1 after an error line, with a failure record in a sweep's trial (opt_train/trial.py)."""
+    print(f"Error: {message}", file=sys.stderr, flush=True)
+    if trial.description() is not None:
+        trial.write_failure(os.environ["TF_WORKER_LOGDIR"], 1, "TrainingFailed", message)
+    sys.exit(1)
+
+
 def main(outdir, plan):
     if "TF_CONFIG" not in os.environ and "HOROVOD_RANK" in os.environ:
         assert os.environ.get("OPT_TRAIN_LAUNCHED") == "1"
@@ -122,8 +134,7 @@ def main(outdir, plan):
         sys.exit(0)
     if action == "fail":
         print("some progress", flush=True)
-        print("Error: worker-specific trouble", file=sys.stderr, flush=True)
-        sys.exit(1)
+        fail("worker-specific trouble")
     if action.startswith("exit:"):
         sys.exit(int(action.split(":")[1]))
     if action == "kill":
@@ -133,8 +144,7 @@ def main(outdir, plan):
     if action == "peer":
         count = len(config["cluster"]["worker"]) if config is not None else int(os.environ["HOROVOD_SIZE"])
         wait_for_a_lost_peer(outdir, index, count)
-        print("Error: a collective's peer is gone", file=sys.stderr, flush=True)
-        sys.exit(1)
+        fail("a collective's peer is gone")
     if action == "count_signals":
         while not seen:
             time.sleep(0.05)

@@ -6,7 +6,7 @@ import signal
 from opt_train.sweep.plan import Trial
 from opt_train.sweep.results import append_result, format_table, make_record, sort_rows
 from opt_train.sweep.status import FAILED, OK, PENDING, failure_reason
-from opt_train.trial import clear_failure, read_failure, write_failure
+from opt_train.trial import clear_failure, read_failure, write_failure, write_launch_failure
 from tests.support import read_jsonl
 
 
@@ -68,6 +68,16 @@ def test_failure_reason_is_the_trials_failure_record_before_its_log_or_records(t
     clear_failure(str(tmp_path))  # nothing left to remove is fine
     assert read_failure(str(tmp_path)) is None
     assert failure_reason(log, 1, 0, str(tmp_path)) == "stopped at step 30: 3 consecutive non-finite updates"
+
+
+def test_the_launchers_verdict_keeps_the_key_and_code_of_the_record_it_quotes(tmp_path):
+    message = "c.yaml:1: model.factory: importing 'm' failed: RuntimeError: no [user_code]"
+    write_failure(str(tmp_path), 2, "ConfigError", message, key="model.factory", code="user_code")
+    write_launch_failure(str(tmp_path), 2, f"worker 1 failed (exit code 2): Error: {message}")
+    assert read_failure(str(tmp_path)) == {"exit_code": 2, "error": "ConfigError", "key": "model.factory",
+                                           "code": "user_code",
+                                           "message": f"worker 1 failed (exit code 2): Error: {message}"}
+    assert failure_reason(tmp_path / "no.log", 2, 0, str(tmp_path)).startswith("worker 1 failed")
 
 
 def test_pruned_trials_rank_after_ok_ones_and_show_the_step_they_reached():
