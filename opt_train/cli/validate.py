@@ -3,8 +3,10 @@
 import click
 import yaml
 
-from opt_train.cli.common import check_distribution, config_options, launch_config, load
+from opt_train.cli.common import check_distribution, config_options, launch_config, load, user_errors
 from opt_train.config import derived
+from opt_train.config.issues import ConfigError
+from opt_train.errors import ParamError
 
 
 @click.command()
@@ -24,7 +26,11 @@ def validate(configs, overrides, world_size):
         click.echo(warning, err=True)
     from opt_train.training.logdir import launched_workers
 
-    figures = derived(launch_config(config, world_size), world_size=world_size or launched_workers(config))
+    with user_errors():
+        try:
+            figures = derived(launch_config(config, world_size), world_size=world_size or launched_workers(config))
+        except ParamError as error:  # the batch size against the examples, counted as train counts them
+            raise ConfigError([config.issue_for("data_params", error)]) from None
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
     click.echo("# derived")
     click.echo(yaml.safe_dump(figures, sort_keys=False).rstrip())

@@ -52,16 +52,29 @@ def replicas_per_worker(config):
 
 
 def derived(config, world_size=1):
-    """Figures `opt-train validate` prints beside the config; `steps_per_epoch` needs the data.
+    """Figures `opt-train validate` prints beside the config.
 
     `world_size`: processes (workers, ranks). The global batch is workers x replicas per
-    worker x `batch_size_per_gpu` x `iter_size`.
+    worker x `batch_size_per_gpu` x `iter_size`. `steps_per_epoch` (batches per epoch on
+    each worker, as `train` counts them) is None where only reading the data tells
+    (files, your own pipeline); where a batch is larger than a replica's share of the
+    train examples, a `ParamError` at `batch_size_per_gpu`, as `train` raises.
     """
+    from opt_train.data import check_params, counts, resolve
+    from opt_train.data.registry import is_factory
+
     replicas = replicas_per_worker(config)
+    examples = None
+    if not is_factory(config.data):
+        name = resolve(config.data)
+        examples = counts.train_examples(name, check_params(name, config.data_params))
     return {
         "distributed": config.distributed,
         "world_size": world_size,
         "replicas_per_worker": replicas,
         "global_batch": config.batch_size_per_gpu * world_size * replicas * config.iter_size,
-        "steps_per_epoch": None,
+        # As train builds the data (training/builder.build_data_for): each worker's share of the
+        # examples, in batches of its replicas' batches together.
+        "steps_per_epoch": None if examples is None else counts.steps_per_epoch(
+            examples // world_size, config.batch_size_per_gpu * replicas, replicas=replicas),
     }

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from opt_train.data.counts import eval_count
 from opt_train.data.task import Task
 
 
@@ -19,8 +20,7 @@ class Source(NamedTuple):
 
 def split_indices(num_examples, eval_fraction, seed):
     """(train_idx, eval_idx): a seeded permutation cut so eval holds `eval_fraction` of it."""
-    num_eval = int(round(num_examples * eval_fraction))
-    num_eval = min(max(num_eval, 1), num_examples - 1)
+    num_eval = eval_count(num_examples, eval_fraction)
     order = np.random.default_rng(seed).permutation(num_examples)
     return np.sort(order[num_eval:]), np.sort(order[:num_eval])
 

@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train import usercode
-from opt_train.data.streams import epoch_seed, shuffled_batches, steps_per_epoch, stream_from
+from opt_train.data.counts import steps_per_epoch
+from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
 from opt_train.errors import ParamError
 from opt_train.data.task import Task
 from opt_train.usercode import UserCodeError
@@ -123,7 +124,7 @@ def _standardize(task):
 class FactoryData:
     """The user's train split as this rank's repeating stream, and the eval split in batches."""
 
-    def __init__(self, spec, params, *, batch_size, seed, rank, size, eval_batch_size):
+    def __init__(self, spec, params, *, batch_size, seed, rank, size, eval_batch_size, replicas=1):
         function = load_function(spec)
         user_params = {k: v for k, v in params.items() if k not in OPT_TRAIN_PARAMS}
         train, sharded = call_factory(function, "train", user_params, rank=rank, size=size, seed=seed)
@@ -139,7 +140,7 @@ class FactoryData:
         else:
             self.train_examples, per_rank = total, total // size
             train = train.shard(size, rank)
-        self.steps_per_epoch = steps_per_epoch(per_rank, batch_size)
+        self.steps_per_epoch = steps_per_epoch(per_rank, batch_size, replicas=replicas)
         self.shard = train.map(cast, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         self.window = min(per_rank, SHUFFLE_WINDOW)
         self.seed, self.batch_size = seed, batch_size

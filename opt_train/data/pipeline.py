@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from opt_train.data import registry, sources, streams
+from opt_train.data import counts, registry, sources
 from opt_train.data.task import Task
 
 
@@ -87,7 +87,8 @@ def _check_sizes(batch_size, eval_batch_size, rank, size):
         raise ValueError(f"`rank` must be in [0, {size}). Received: rank={rank}")
 
 
-def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_size=None, statistics=None):
+def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_size=None, statistics=None,
+               replicas=1):
     """Dataset `name` with `params` as a `DataBundle` for rank `rank` of `size`.
 
     Args:
@@ -97,6 +98,8 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
         seed: shuffle seed; give every rank the same one.
         rank, size: this process's place among the data-parallel workers.
         eval_batch_size: examples per eval batch. Defaults to `batch_size`.
+        replicas: the replicas that share each of this rank's batches (tf.distribute's), for
+            the error of a batch that does not fit, which names one replica's share.
         statistics: the `normalization.Statistics` to standardise with (those a run saved),
             instead of computing them from the train split. Used only where
             `normalize` is on (csv, npz, tfrecord with float inputs).
@@ -109,18 +112,19 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
     eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
     _check_sizes(batch_size, eval_batch_size, rank, size)
     if registry.is_factory(name):
-        return _factory_bundle(name, registry.check_params(name, params), batch_size, seed, rank, size, eval_batch_size)
+        return _factory_bundle(name, registry.check_params(name, params), batch_size, seed, rank, size, eval_batch_size,
+                               replicas)
     canonical = registry.resolve(name)
     params = registry.check_params(canonical, params)
     if canonical == "tfrecord":
-        return _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics)
+        return _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics, replicas)
     normalize = params.get("normalize", False)
     source = sources.load_source(canonical, params)
     (x_train, y_train), (x_eval, y_eval) = source.train, source.eval
     if normalize and source.task.input_dtype == "float32":
         x_train, x_eval, task = _standardised(x_train, x_eval, source.task, statistics)
         source = source._replace(task=task)
-    steps_per_epoch = streams.steps_per_epoch(len(x_train) // size, batch_size)
+    steps_per_epoch = counts.steps_per_epoch(len(x_train) // size, batch_size, replicas=replicas)
     return DataBundle(
         train=train_dataset(x_train, y_train, batch_size=batch_size, seed=seed, rank=rank, size=size),
         eval=eval_dataset(x_eval, y_eval, batch_size=eval_batch_size),
@@ -146,12 +150,12 @@ def _standardised(x_train, x_eval, task, statistics):
     return x_train, x_eval, dataclasses.replace(task, normalization=statistics)
 
 
-def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics=None):
+def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics=None, replicas=1):
     from opt_train.data.tfrecord import TFRecordData
 
     data = TFRecordData(
         params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size,
-        statistics=statistics,
+        statistics=statistics, replicas=replicas,
     )
     return DataBundle(
         train=data.train_from(0),
@@ -163,11 +167,12 @@ def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, stat
     )
 
 
-def _factory_bundle(spec, params, batch_size, seed, rank, size, eval_batch_size):
+def _factory_bundle(spec, params, batch_size, seed, rank, size, eval_batch_size, replicas=1):
     from opt_train.data.factory import FactoryData
 
     data = FactoryData(
-        spec, params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size
+        spec, params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size,
+        replicas=replicas,
     )
     return DataBundle(
         train=data.train_from(0),

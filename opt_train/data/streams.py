@@ -1,4 +1,4 @@
-"""Epoch streams: batches per epoch, stateless window shuffles, and starting at a batch position.
+"""Epoch streams: stateless window shuffles, and starting at a batch position (batches per epoch: data/counts.py).
 
 Every function opt-train hands to tf.data (`map`, `flat_map`, `interleave`) is marked
 `tf.autograph.experimental.do_not_convert`: none has Python control flow over tensors,
@@ -10,20 +10,6 @@ they are traced as tf.data traces them by default.
 from __future__ import annotations
 
 import tensorflow as tf
-
-from opt_train.errors import ParamError
-
-
-def steps_per_epoch(per_rank, batch_size, what="examples"):
-    """Full batches per epoch on one rank; a `ParamError` at `batch_size_per_gpu` when not one fits.
-
-    The config key is `batch_size_per_gpu`; the Python wording keeps the data layer's `batch_size`.
-    """
-    steps = per_rank // batch_size
-    if steps < 1:
-        raise ParamError("batch_size", "out_of_range", f"must be at most the train {what} per rank ({per_rank})",
-                         batch_size, key="batch_size_per_gpu")
-    return steps
 
 
 def epoch_seed(seed, epoch):

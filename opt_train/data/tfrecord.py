@@ -27,7 +27,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from opt_train.data.streams import epoch_seed, shuffled_batches, steps_per_epoch, stream_from
+from opt_train.data.counts import steps_per_epoch
+from opt_train.data.streams import epoch_seed, shuffled_batches, stream_from
 from opt_train.data.task import Task
 from opt_train.errors import ParamError
 
@@ -194,7 +195,7 @@ def make_task(features, x, y, task, num_classes):
 class TFRecordData:
     """The train stream of one rank and the eval stream, built from the `tfrecord` dataset's params."""
 
-    def __init__(self, params, *, batch_size, seed, rank, size, eval_batch_size, statistics=None):
+    def __init__(self, params, *, batch_size, seed, rank, size, eval_batch_size, statistics=None, replicas=1):
         self.compression = compression_type(params["compression"])
         self.train_files = expand_files(params["train_files"], "train_files")
         self.counts = count_records(self.train_files, self.compression, "train_files")
@@ -211,7 +212,7 @@ class TFRecordData:
                                  self.task.normalization)
         self.batch_size, self.seed, self.rank, self.size = batch_size, seed, rank, size
         self.shuffle_buffer = params["shuffle_buffer"]
-        self.steps_per_epoch = steps_per_epoch(self.shard.records_per_epoch, batch_size, "records")
+        self.steps_per_epoch = steps_per_epoch(self.shard.records_per_epoch, batch_size, "records", replicas)
         self.eval_files = (
             None if params["eval_files"] is None else expand_files(params["eval_files"], "eval_files")
         )

@@ -165,6 +165,7 @@ def build_data_for(config, backend):
             config.data,
             dict(config.data_params),
             batch_size=config.batch_size_per_gpu * backend.replicas_per_worker,
+            replicas=backend.replicas_per_worker,
             seed=config.random_seed,
             rank=backend.worker_index,
             size=backend.num_workers,
