@@ -23,6 +23,7 @@ from opt_train.config import compat, rules, sweep_block
 from opt_train.config.issues import ConfigIssue, as_param_error, below, locate, parent_key
 from opt_train.config.rules import LarcParams
 from opt_train.distributed import names as distributed_names
+from opt_train.lr_policies import registry as lr_registry
 from opt_train.optimizers import names
 
 __all__ = ["LarcParams", "TrainConfig", "key", "NOT_RUN_KEYS", "FIELD_NAMES", "locate", "parent_key"]
@@ -88,7 +89,7 @@ class TrainConfig:
         {}, rules.optimizer_params, _MAPPING,
         "the optimizer's arguments; `learning_rate` (> 0) is the base rate")
     lr_policy: str = key(
-        "fixed", rules.lr_policy_name, "name", "fixed, exp, poly, inv_poly, piecewise, transformer, cosine")
+        "fixed", rules.lr_policy_name, "name", ", ".join(lr_registry.POLICY_NAMES))
     lr_policy_params: dict = key(
         {}, p.mapping, _MAPPING, "the policy's parameters (`decay_steps` defaults from `max_steps`)")
     warmup: dict | None = key(

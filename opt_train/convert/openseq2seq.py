@@ -14,7 +14,7 @@ DATA_KEYS = ("data_layer", "data_layer_params")
 # (OpenSeq2Seq's `loss` names one of its own loss classes, not a Keras loss: left to fill in.)
 ACCEPTED = (set(FIELD_NAMES) | {"eval_batch_size_per_gpu"}) - set(MODEL_KEYS) - set(DATA_KEYS)
 WHY = {
-    "base_model": "choose `model` (mlp, cnn, transformer, or {factory: package.module:function})",
+    "base_model": f"choose `model`: {compat.MODEL_HINT}",
     "encoder": "part of the model: `model` / `model_params`",
     "encoder_params": "part of the model: `model_params`",
     "decoder": "part of the model: `model` / `model_params`",

@@ -8,7 +8,7 @@ import os.path
 from opt_train.config.schema import FIELD_NAMES
 from opt_train.convert import Conversion
 from opt_train.convert.openseq2seq import finish, shown
-from opt_train.config.compat import FILL_IN
+from opt_train.config.compat import FILL_IN, MODEL_HINT
 from opt_train.convert.pyconfig import (
     Opaque, PyConfigError, Reader, Symbol, _Function, is_plain, plain, read_config,
 )
@@ -35,7 +35,7 @@ RENAMED = {
 CLIPPING = {"gradient_clip": "clipvalue", "gradient_clip_norm": "clipnorm"}
 # Keys that describe the network, the data or the batching: opt-train's model / data replace them.
 NOT_CARRIED = {
-    "network": "choose `model` (mlp, cnn, transformer, or {factory: package.module:function})",
+    "network": f"choose `model`: {MODEL_HINT}",
     "train": "choose `data` and its `data_params`",
     "dev": "evaluation uses `data`'s eval split",
     "eval": "evaluation uses `data`'s eval split",
