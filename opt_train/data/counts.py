@@ -10,8 +10,6 @@ from opt_train.errors import ParamError
 
 # scikit-learn's digits: 1,797 8x8 images (sources.load_digits_source reads them).
 DIGITS_EXAMPLES = 1797
-# The datasets a seeded generator makes from their parameters: `num_examples`, split by `eval_fraction`.
-GENERATED = ("synthetic_classification", "synthetic_regression", "reversal", "synthetic_images")
 
 
 def eval_count(num_examples, eval_fraction):
@@ -20,11 +18,12 @@ def eval_count(num_examples, eval_fraction):
 
 
 def train_examples(name, params):
-    """Train examples of built-in dataset `name` (canonical) with checked `params`, when its parameters
-    say how many: digits and the generated ones. None for files and the user's pipelines (counted when read)."""
+    """Train examples of built-in dataset `name` (canonical) with its checked `params`, where they say
+    how many: digits, and every dataset a seeded generator makes (`num_examples` among its parameters).
+    None for files (counted when read); not for the user's pipelines, whose parameters are their own."""
     if name == "digits":
         total = DIGITS_EXAMPLES
-    elif name in GENERATED:
+    elif "num_examples" in params:
         total = params["num_examples"]
     else:
         return None

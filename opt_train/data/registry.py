@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from opt_train.data import params as p
 from opt_train.data import synthetic_images
+from opt_train.data.counts import DIGITS_EXAMPLES
 from opt_train.suggest import Registry, UnknownNameError
 from opt_train.usercode import split_spec
 
@@ -91,7 +92,7 @@ DATASET_SPECS = {
 
 
 DATASET_SUMMARIES = {
-    "digits": "scikit-learn's 1797 real 8x8 handwritten digits, 10 classes (no download)",
+    "digits": f"scikit-learn's {DIGITS_EXAMPLES} real 8x8 handwritten digits, 10 classes (no download)",
     "synthetic_classification": "seeded Gaussian blobs, one per class",
     "synthetic_regression": "seeded linear or sine target with Gaussian noise (MSE)",
     "reversal": "random token sequences; the target is the sequence reversed (OpenSeq2Seq's toy task)",
