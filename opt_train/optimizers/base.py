@@ -81,6 +81,14 @@ def is_sparse(gradient):
     return isinstance(gradient, tf.IndexedSlices)
 
 
+def _compiling_with_xla():
+    """Whether the function being traced is (inside) one XLA compiles: `tf.function(jit_compile=True)`."""
+    # No public API says so; TF itself marks the graphs it traces for XLA with this context.
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 @functools.lru_cache(maxsize=None)
 def _kernel_dtypes(op_name):
     """{device type: dtype enums} of the kernels TF registered for `op_name`."""
@@ -101,8 +109,12 @@ def has_kernel(op_name, variable):
     """Whether TF has a kernel of `op_name` (a fused TF1 ResourceApply*) for `variable`.
 
     Where it has none (ProximalGradientDescent and AdagradDA exist only on CPU and only for
-    float32/float64, for instance), the optimizers run the same math as separate ops.
+    float32/float64, for instance), the optimizers run the same math as separate ops. So
+    they do for a sparse update traced into an XLA cluster (`jit_compile`): XLA compiles
+    TF1's dense kernels (tf2xla's training_ops.cc) and none of the `ResourceSparseApply*`.
     """
+    if op_name.startswith("ResourceSparseApply") and _compiling_with_xla():
+        return False
     device = tf.DeviceSpec.from_string(variable.handle.device).device_type or "CPU"
     dtype = tf.as_dtype(variable.dtype).as_datatype_enum
     return dtype in _kernel_dtypes(op_name).get(device, ())

@@ -433,6 +433,25 @@ def test_xla_compiled_pipeline_equals_the_reference_loop(driven_by):
         np.testing.assert_allclose(got.numpy(), want, atol=1e-5, rtol=0)
 
 
+def test_a_sparse_update_by_a_tf1_kernel_compiles_whole_under_xla():
+    """TF1's Momentum updates an embedding's rows with `ResourceSparseApplyMomentum`, which XLA
+    cannot compile: under `jit_compile` the same update runs as separate ops (before, the step
+    failed to compile: `jit_compile: true` with an embedding model and Momentum, Adagrad, Ftrl
+    or RMSProp)."""
+    init, data = make_problem()
+    trained = []
+    for jit_compile in (False, True):
+        variables = make_variables(init)
+        train_op = optimize_loss(make_loss(variables, sparse=True), "Momentum", {"momentum": 0.9}, schedule(),
+                                 var_list=variables, jit_compile=jit_compile)
+        stacked = tuple(tf.stack(part) for part in zip(*batches(data, MICRO)))
+        train_op.run(iter(tf.data.Dataset.from_tensor_slices(stacked)), len(stacked[0]))
+        trained.append([v.numpy() for v in variables])
+    for compiled, plain, start in zip(trained[1], trained[0], init.values()):
+        assert not np.array_equal(plain, start)
+        np.testing.assert_allclose(compiled, plain, atol=1e-6, rtol=1e-5)
+
+
 STAGES = {
     "backoff": {"loss_scaling": "Backoff", "loss_scaling_params": {"step_window": 3}},
     "logmax": {"loss_scaling": "LogMax"},
