@@ -17,7 +17,11 @@ the optimizer when `needs_master_weights(dtype)`.
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
+
+import keras
 
 from opt_train.optimizers import names
 from opt_train.optimizers.freezing import variable_path
@@ -49,6 +53,20 @@ def compute_dtype(dtype):
 
 def is_low_precision(variable):
     return variable.dtype in (tf.float16, tf.bfloat16)
+
+
+def _master(variable):
+    """`variable`'s float32 master: a Keras variable at the variable's own path + `_master`.
+
+    Keras 3's optimizers read a variable's `path`: Muon gives a path naming an embedding,
+    or matching its `exclude_layers`, its AdamW rule. The master must answer as the model's
+    variable would.
+    """
+    *scopes, leaf = variable_path(variable).replace(":", "_").split("/")
+    with contextlib.ExitStack() as stack:
+        for scope in scopes:
+            stack.enter_context(keras.name_scope(scope))
+        return keras.Variable(tf.cast(variable, tf.float32), trainable=False, name=f"{leaf}_master")
 
 
 class MixedPrecisionOptimizerWrapper(tf.Module):
@@ -97,11 +115,7 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         targets = []
         for variable in variables:
             if is_low_precision(variable):
-                master = tf.Variable(
-                    tf.cast(variable, tf.float32),
-                    trainable=False,
-                    name=variable_path(variable).replace(":", "_").replace("/", "_") + "_master",
-                )
+                master = _master(variable)
                 self.masters.append(master)
                 targets.append(master)
             else:
@@ -123,10 +137,11 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         regularizer = getattr(variable, "regularizer", None)
         if grad is None or regularizer is None or target is variable:
             return grad
+        watched = target.value  # the master is a Keras variable; the tape watches the TF variable it holds
         with tf.GradientTape() as tape:
-            tape.watch(target)
+            tape.watch(watched)
             penalty = tf.cast(regularizer(target), tf.float32)
-        return tf.cast(grad, tf.float32) + tape.gradient(penalty, target)
+        return tf.cast(grad, tf.float32) + tape.gradient(penalty, watched)
 
     def apply(self, grads, variables):
         """Applies float32 `grads` to the masters, then copies the masters into `variables`.

@@ -51,6 +51,37 @@ def test_master_weights_follow_a_float32_run():
     assert not np.array_equal(bias.numpy(), [1.0, 1.0])
 
 
+def test_muon_follows_a_float32_run_and_routes_each_master_as_its_variable():
+    """Keras 3's Muon reads a variable's `path` (an embedding's goes to its AdamW rule), so each
+    master answers with its variable's path (before, float16 Muon failed: a plain tf.Variable has
+    no `path`). Its updates follow a float32 Muon on the same gradients, the embedding by AdamW."""
+    rng = np.random.default_rng(1)
+
+    def layers(dtype):
+        embedding = keras.layers.Embedding(6, 4, dtype=dtype, name="token_embedding")
+        dense = keras.layers.Dense(3, dtype=dtype, name="head")
+        embedding.build((None,))
+        dense.build((None, 4))
+        return [embedding.embeddings, dense.kernel, dense.bias]
+
+    low, plain = layers("float16"), layers("float32")
+    for variable, start in zip(plain, low):
+        variable.assign(tf.cast(start, tf.float32))
+    wrapper = MixedPrecisionOptimizerWrapper(keras.optimizers.Muon(learning_rate=0.01))
+    reference = keras.optimizers.Muon(learning_rate=0.01)
+    wrapper.build(low)
+    assert [m.path for m in wrapper.masters] == [f"{v.path}_master" for v in low]
+    routed = [reference._should_use_adamw(v) for v in low]
+    assert routed == [True, False, True]  # the embedding and the bias; the 2-D kernel by Muon
+    assert [wrapper.optimizer._should_use_adamw(m) for m in wrapper.masters] == routed
+    for _ in range(5):
+        grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32) * 1e-2) for v in low]
+        wrapper.apply(grads, low)
+        reference.apply(grads, plain)
+    for master, expected in zip(wrapper.masters, plain):
+        np.testing.assert_allclose(master.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_mixed_policy_trains_with_float32_variables():
     keras.mixed_precision.set_dtype_policy("mixed_float16")
     try:
