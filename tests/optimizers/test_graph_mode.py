@@ -20,7 +20,7 @@ import tensorflow as tf
 import keras
 
 from opt_train.optimizers import registry
-from opt_train.optimizers.table import OPTIMIZER_NAMES
+from opt_train.optimizers.table import OPTIMIZER_NAMES, TABLE
 
 UPDATES = 4
 # The parameters a rule requires beyond the learning rate.
@@ -66,6 +66,8 @@ def _trained(name, how):
 def _cases():
     for name in OPTIMIZER_NAMES:
         yield pytest.param(name, "graph")
+        if TABLE[name].keras_class:
+            continue  # Keras 3's own update, which Keras compiles for XLA itself
         # XLA compiles for ~0.3 s a rule: the fast subset keeps the rules with TF1's sparse kernels.
         marks = () if name in SPARSE_KERNELS else (pytest.mark.slow,)
         yield pytest.param(name, "xla", marks=marks)
