@@ -5,8 +5,6 @@ import yaml
 
 from opt_train.cli.common import check_distribution, config_options, launch_config, load, user_errors
 from opt_train.config import derived
-from opt_train.config.issues import ConfigError
-from opt_train.errors import ParamError
 
 
 @click.command()
@@ -26,11 +24,8 @@ def validate(configs, overrides, world_size):
         click.echo(warning, err=True)
     from opt_train.training.logdir import launched_workers
 
-    with user_errors():
-        try:
-            figures = derived(launch_config(config, world_size), world_size=world_size or launched_workers(config))
-        except ParamError as error:  # the batch size against the examples, counted as train counts them
-            raise ConfigError([config.issue_for("data_params", error)]) from None
+    with user_errors():  # the batch size against the examples, counted as train counts them
+        figures = derived(launch_config(config, world_size), world_size=world_size or launched_workers(config))
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
     click.echo("# derived")
     click.echo(yaml.safe_dump(figures, sort_keys=False).rstrip())

@@ -7,6 +7,7 @@ import os
 
 from opt_train.config import compat
 from opt_train.config.issues import ConfigError
+from opt_train.errors import ParamError
 from opt_train.config.layering import layer
 from opt_train.config.paths import resolve_paths
 from opt_train.config.validate import validate
@@ -58,23 +59,27 @@ def derived(config, world_size=1):
     worker x `batch_size_per_gpu` x `iter_size`. `steps_per_epoch` (batches per epoch on
     each worker, as `train` counts them) is None where only reading the data tells
     (files, your own pipeline); where a batch is larger than a replica's share of the
-    train examples, a `ParamError` at `batch_size_per_gpu`, as `train` raises.
+    train examples, a `ConfigError` at `batch_size_per_gpu`'s line, as `train` raises.
     """
     from opt_train.data import check_params, counts, resolve
     from opt_train.data.registry import is_factory
 
     replicas = replicas_per_worker(config)
-    examples = None
+    steps = None
     if not is_factory(config.data):
         name = resolve(config.data)
         examples = counts.train_examples(name, check_params(name, config.data_params))
+        try:
+            # As train builds the data (training/builder.build_data_for): each worker's share of
+            # the examples, in batches of its replicas' batches together.
+            steps = None if examples is None else counts.steps_per_epoch(
+                examples // world_size, config.batch_size_per_gpu * replicas, replicas=replicas)
+        except ParamError as error:
+            raise ConfigError([config.issue_for("data_params", error)]) from None
     return {
         "distributed": config.distributed,
         "world_size": world_size,
         "replicas_per_worker": replicas,
         "global_batch": config.batch_size_per_gpu * world_size * replicas * config.iter_size,
-        # As train builds the data (training/builder.build_data_for): each worker's share of the
-        # examples, in batches of its replicas' batches together.
-        "steps_per_epoch": None if examples is None else counts.steps_per_epoch(
-            examples // world_size, config.batch_size_per_gpu * replicas, replicas=replicas),
+        "steps_per_epoch": steps,
     }
