@@ -6,9 +6,16 @@ the final metrics, and `config.yaml` plus `export/` as artifacts. A sweep's tria
 child run of the study's run (`mlflow.parentRunId`, from `OPT_TRAIN_MLFLOW_PARENT_RUN`,
 which the sweep sets). A resumed run continues its MLflow run (`logdir/mlflow_run.json`).
 
+The store is `tracking.mlflow.uri`, else `MLFLOW_TRACKING_URI`, else SQLite beside the
+logdir; a relative `sqlite:///` path is the current folder's, as MLflow reads it, and an
+experiment opt-train creates there keeps its artifacts where MLflow's own client would
+started in the database's folder (`mlruns/<experiment id>` beside the database).
+
 The tracker never fails a run: the first error (the `mlflow` package missing, a server
-that is down or refuses) is one warning line, and the run goes on untracked. `mlflow`
-is imported only here, when a run starts with tracking on.
+that is down or refuses) is one whole warning line, and the run goes on untracked. A store
+the installed MLflow refuses outright (its file store) is a config error instead
+(`refusal`, called by the config rule). `mlflow` is imported only here, when a run starts
+with tracking on.
 """
 
 from __future__ import annotations
@@ -16,11 +23,20 @@ from __future__ import annotations
 import math
 import os
 import time
+from urllib.parse import urlparse
 
 from opt_train.atomic import read_json, write_json
 from opt_train.board import leaves
 
 PARENT_RUN_VARIABLE = "OPT_TRAIN_MLFLOW_PARENT_RUN"
+# MLflow's own variable for the store, read when `tracking.mlflow.uri` is not set.
+URI_VARIABLE = "MLFLOW_TRACKING_URI"
+# MLflow 3.13 turned its file store's deprecation warning into an exception (FileStore.__init__;
+# mlflow/mlflow#23634): a `file:` URI or a bare path fails unless MLflow's opt-out is set.
+_FILE_STORE_REFUSED_FROM = (3, 13)
+_FILE_STORE_OPT_OUT = "MLFLOW_ALLOW_FILE_STORE"
+# Where MLflow's client puts a new experiment's artifacts in a database store: `./mlruns/<id>`.
+_ARTIFACT_FOLDER = "mlruns"
 RUN_FILE = "mlflow_run.json"
 # MLflow retries an unreachable server with back-off for minutes by default: a tracker
 # that is down must cost a run seconds, not minutes (a user's own setting wins).
@@ -33,6 +49,48 @@ def default_uri(logdir):
     """The local store when no `uri` is given: `mlflow.db` (SQLite) in the logdir's parent folder."""
     parent = os.path.dirname(os.path.abspath(logdir))
     return "sqlite:///" + os.path.join(parent, "mlflow.db")
+
+
+def store_uri(settings, logdir):
+    """The store a run logs to: `uri`, else `MLFLOW_TRACKING_URI`, else `default_uri(logdir)`; a relative SQLite path made absolute."""
+    uri = settings.get("uri") or os.environ.get(URI_VARIABLE) or default_uri(logdir)
+    path = _sqlite_path(uri)
+    if path is not None and not os.path.isabs(path):
+        # MLflow opens it from the current folder; written absolute, a resumed run or a
+        # sweep's trial started elsewhere finds the same database.
+        return "sqlite:///" + os.path.abspath(path) + uri[len("sqlite:///") + len(path):]
+    return uri
+
+
+def refusal(uri):
+    """Why the installed MLflow refuses store `uri` before logging anything (None: it takes it, as far as can be known)."""
+    if urlparse(uri).scheme not in ("", "file"):
+        return None
+    if os.environ.get(_FILE_STORE_OPT_OUT, "").strip().lower() in ("true", "1"):
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("mlflow")
+    except PackageNotFoundError:
+        return None  # the run says `mlflow` is missing, whatever the store
+    numbers = tuple(int(part) for part in installed.split(".")[:2] if part.isdigit())
+    if numbers < _FILE_STORE_REFUSED_FROM:
+        return None
+    return (f"is MLflow's file store, which MLflow {installed} refuses: use a database such as "
+            f"sqlite:///mlflow.db, or set {_FILE_STORE_OPT_OUT}=true (MLflow's opt-out)")
+
+
+def _sqlite_path(uri):
+    """The database path of a `sqlite:///path` URI (its query left off), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return uri[len("sqlite:///"):].split("?", 1)[0]
+
+
+def _warning(what, uri, error):
+    """One whole line: MLflow's message unwrapped, never cut (its last sentence is often the opt-out)."""
+    return f"warning: MLflow tracking off for this {what} ({uri}): {type(error).__name__}: {' '.join(str(error).split())}"
 
 
 def start_tracker(config, say, enabled=True):
@@ -61,7 +119,7 @@ class MlflowTracker(NullTracker):
 
     def __init__(self, config, settings, say):
         self.config = config
-        self.uri = settings.get("uri") or default_uri(config.logdir)
+        self.uri = store_uri(settings, config.logdir)
         self.experiment = settings.get("experiment") or "opt-train"
         self.say = say
         self.client = None
@@ -82,8 +140,7 @@ class MlflowTracker(NullTracker):
             action(*args)
         except Exception as error:  # noqa: BLE001 - any tracker failure must leave the run alone
             self.failed = True
-            text = " ".join(str(error).split())[:300]
-            self.say(f"warning: MLflow tracking off for this run ({self.uri}): {type(error).__name__}: {text}")
+            self.say(_warning("run", self.uri, error))
 
     def start(self):
         for name, value in _HTTP_DEFAULTS.items():
@@ -161,11 +218,23 @@ def _experiment_id(client, name, uri):
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
-    location = None
-    if uri.startswith("sqlite:///"):
-        # Beside the database, not in whatever folder the run was started from.
-        location = "file://" + os.path.join(os.path.dirname(uri[len("sqlite:///"):]), "mlartifacts")
-    return client.create_experiment(name, artifact_location=location)
+    path = _sqlite_path(uri)
+    if path is None:
+        return client.create_experiment(name)  # the store's own default, as MLflow's client
+    # MLflow's client would put it in `mlruns/<id>` of the folder the run was started from;
+    # beside the database instead (the same folder for `sqlite:///mlflow.db`), so a run
+    # started elsewhere does not scatter a store's artifacts.
+    from mlflow.exceptions import MlflowException
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    root = os.path.join(os.path.dirname(os.path.abspath(path)), _ARTIFACT_FOLDER)  # a path, as MLflow's own
+    try:
+        return SqlAlchemyStore(uri, root).create_experiment(name)
+    except MlflowException:  # a trial of the same sweep created it meanwhile
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
 
 
 class StudyRun:
@@ -181,7 +250,7 @@ class StudyRun:
         if settings is None:
             return
         # The trials' default store is beside their logdirs, i.e. in DIR: the study's too.
-        uri = settings.get("uri") or default_uri(os.path.join(out, "trial"))
+        uri = store_uri(settings, os.path.join(out, "trial"))
         try:
             for variable, value in _HTTP_DEFAULTS.items():
                 os.environ.setdefault(variable, value)
@@ -202,8 +271,7 @@ class StudyRun:
             say(f"MLflow: study run {self.run_id} at {uri}; each trial is a child run")
         except Exception as error:  # noqa: BLE001 - tracking never fails a sweep
             self.run_id = None
-            say(f"warning: MLflow tracking off for this sweep ({uri}): {type(error).__name__}: "
-                f"{' '.join(str(error).split())[:300]}")
+            say(_warning("sweep", uri, error))
 
     @property
     def environment(self):

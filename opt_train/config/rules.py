@@ -8,6 +8,7 @@ rules know nothing of files: the validator adds where a value was set.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 
 from opt_train import params as p
@@ -189,8 +190,19 @@ def summaries(name, value):
 
 
 # `tracking: {mlflow: {uri, experiment}}` (opt_train/tracking.py).
+def _mlflow_uri(name, value):
+    """A tracking URI the installed MLflow does not refuse outright (its file store, from MLflow 3.13)."""
+    from opt_train.tracking import refusal
+
+    reason = refusal(p.string(name, value))
+    if reason:
+        p.fail(name, "out_of_range", reason, value)
+    return value
+
+
 MLFLOW_SPEC = {
-    "uri": p.Param(None, p.optional(p.string), "tracking URI; default: sqlite in the logdir's parent folder"),
+    "uri": p.Param(None, p.optional(_mlflow_uri),
+                   "tracking URI; default: MLFLOW_TRACKING_URI, else sqlite in the logdir's parent folder"),
     "experiment": p.Param("opt-train", p.string, "MLflow experiment name"),
 }
 
@@ -198,12 +210,25 @@ MLFLOW_SPEC = {
 def _mlflow(name, value):
     params = {} if value is None else p.mapping(name, value)
     try:
-        return p.check_params(MLFLOW_SPEC, params, "tracking.mlflow")
+        filled = p.check_params(MLFLOW_SPEC, params, "tracking.mlflow")
+        if filled["uri"] is None:
+            _environment_uri("uri")
+        return filled
     except ParamError as error:
         # The caller joins only its own key (`tracking`) to the parameter: a key of this
         # block must keep `mlflow` in front, so the report names `tracking.mlflow.uri`.
         error.param = f"{name}.{error.param}"
         raise
+
+
+def _environment_uri(name):
+    """`MLFLOW_TRACKING_URI`, the store when `uri` is not set, judged as `uri` would be."""
+    from opt_train.tracking import URI_VARIABLE, refusal
+
+    uri = os.environ.get(URI_VARIABLE)
+    reason = uri and refusal(uri)
+    if reason:
+        p.fail(name, "out_of_range", f"is not set, and {URI_VARIABLE}={uri} {reason}", None)
 
 
 TRACKING_SPEC = {"mlflow": p.Param(None, p.optional(_mlflow), "log the run to MLflow (extra `mlflow`)")}

@@ -129,7 +129,88 @@ def test_without_uri_the_store_is_sqlite_beside_the_logdir(cli, write_config, tm
     run_id = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
     client = MlflowClient(tracking_uri=store)
     assert client.get_run(run_id).info.status == "FINISHED"
-    assert client.get_experiment_by_name("opt-train").artifact_location == f"file://{tmp_path}/mlartifacts"
+    # Beside the database, where MLflow's own client started in that folder puts them.
+    experiment = client.get_experiment_by_name("opt-train")
+    assert experiment.artifact_location == f"{tmp_path}/mlruns/{experiment.experiment_id}"
+
+
+def test_a_relative_sqlite_store_is_tracked_with_artifacts_where_mlflows_client_puts_them(
+        cli, write_config, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    # The form MLflow's own messages recommend, from the folder the user works in.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
+                           "tracking": {"mlflow": {"uri": "sqlite:///mlflow.db", "experiment": "relative"}}})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output, result.output
+    run_id = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
+
+    client = MlflowClient(tracking_uri="sqlite:///mlflow.db")  # read back as the user would, from the same folder
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [2]
+    assert {item.path for item in client.list_artifacts(run_id)} >= {"config.yaml"}
+    # MLflow's own client, given the same store, puts a new experiment's artifacts in the same folder.
+    ours = client.get_experiment_by_name("relative").artifact_location
+    reference = client.get_experiment(client.create_experiment("reference")).artifact_location
+    assert os.path.dirname(ours) == os.path.dirname(reference)
+    assert os.path.isfile(os.path.join(run.info.artifact_uri, "config.yaml"))
+
+
+def test_mlflow_tracking_uri_in_the_environment_is_the_store_when_no_uri_is_set(
+        cli, write_config, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path}/elsewhere/env.db"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "tracking": {"mlflow": {}}})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    run_id = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
+    assert f"at {store}" in result.output
+    assert MlflowClient(tracking_uri=store).get_run(run_id).info.status == "FINISHED"
+    assert not (tmp_path / "mlflow.db").exists()  # not the default store beside the logdir
+
+
+@pytest.mark.parametrize("how", ["key", "environment"])
+def test_a_file_store_the_installed_mlflow_refuses_is_a_config_error_naming_the_key_and_the_opt_out(
+        cli, write_config, tmp_path, monkeypatch, how):
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    store = (tmp_path / "mlruns").as_uri()
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(MlflowException, match="MLFLOW_ALLOW_FILE_STORE"):  # the installed MLflow refuses it
+        MlflowClient(tracking_uri=store).search_experiments()
+    settings = {"uri": store} if how == "key" else {}
+    if how == "environment":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    config = write_config({**SMALL_RUN, "tracking": {"mlflow": settings}})
+    result = cli("validate", "--config", config)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "tracking.mlflow.uri" in lines[0] and "MLFLOW_ALLOW_FILE_STORE=true" in lines[0]
+    assert ("MLFLOW_TRACKING_URI" in lines[0]) == (how == "environment")
+    # With MLflow's opt-out set, MLflow takes the store, and so does opt-train.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert cli("validate", "--config", config).exit_code == 0
+    MlflowClient(tracking_uri=store).search_experiments()
+
+
+def test_a_tracker_error_is_one_whole_line_with_mlflows_last_sentence(cli, write_config, tmp_path):
+    # A store MLflow refuses at the first call, not known beforehand: a Unity Catalog URI.
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
+                           "tracking": {"mlflow": {"uri": "databricks-uc://profile"}}})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "MLflow" in line]
+    assert len(warnings) == 1, result.output
+    assert warnings[0].startswith("warning: MLflow tracking off for this run (databricks-uc://profile)")
+    assert warnings[0].endswith("listed above.")  # MLflow's message to its end
 
 
 def test_validate_and_help_do_not_import_mlflow(write_config):
