@@ -1,5 +1,7 @@
 """`opt-train sweep`: run one config many times, trials handed out by an Optuna study, and rank the results."""
 
+import os
+
 import click
 
 from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_options, load, user_errors
@@ -35,7 +37,9 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")
 @click.option("--dry-run", is_flag=True, help="List the trials a fresh study would run, and their state; run nothing.")
 @click.option("--print-commands", is_flag=True, help="Print one shell command per trial; run nothing.")
-@click.option("--status", is_flag=True, help="Print the study's table, best trial and states; run nothing.")
+@click.option("--status", is_flag=True,
+              help="Print the study's table, best trial and states from the sweep folder (--out, else the "
+              "current folder); run nothing.")
 @click.option("--retry-failed", is_flag=True, help="Run failed trials again instead of skipping them.")
 def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, study, seed, repeats, parallel, np_,
           metric, mode, out, dry_run, print_commands, status, retry_failed):
@@ -52,13 +56,13 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
     Exit codes: 0 the sweep ran (failed trials are recorded), 1 every trial failed,
     2 bad usage or config.
     """
-    from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, preview_trials, run_sweep, study_status
+    from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, preview_trials, run_sweep
 
-    if not configs:
-        if not status:
-            raise click.UsageError("Missing option '--config' / '-c' (only --status can do without it).")
-        _status_alone(out, storage, study)
+    if status:
+        _status(configs, overrides, out, storage, study)
         return
+    if not configs:
+        raise click.UsageError("Missing option '--config' / '-c' (only --status can do without it).")
     base = load(configs, overrides)
     options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
@@ -69,9 +73,6 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         if print_commands:
             click.echo("\n".join(plan.shell_command(trial) for trial in preview_trials(plan)))
             return
-        if status:
-            _print_status(plan, study_status(plan))
-            return
         result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress)
     click.echo(result.table)
     click.echo(result.summary)
@@ -81,31 +82,33 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         raise TrainingFailedError(f"every trial failed; reasons in {plan.out}/results.jsonl")
 
 
-def _print_status(plan, status):
-    if status is None:
-        click.echo(f"no study yet for {plan.out} (run the sweep to create it)")
-        return
-    result, best = status
-    click.echo(result.table)
-    click.echo(result.summary)
-    if best is not None:
-        click.echo(f"best: {best['trial']} {plan.spec.metric} {best['metrics'][plan.spec.metric]:.4g} "
-                   + " ".join(f"{k}={v}" for k, v in best["overrides"].items()))
-    if result.importances:
-        click.echo(_importances_line(result.importances))
+def _status(configs, overrides, out, storage, study):
+    """`--status`: the table the study recorded, found from the sweep folder (`--out`, else the current
+    folder) or `--storage` and `--study`; with `--config`, its `<logdir>-sweep` and `sweep` block find them.
 
+    The same table whichever way it is found: the trials of the base config the sweep last
+    ran are current, whatever the `--grid`/`--set` given now.
+    """
+    from opt_train.sweep.driver import default_out, recorded_status
 
-def _status_alone(out, storage, study):
-    """`--status --out DIR` (or `--storage URL --study NAME`): the table the study recorded, without the command."""
-    from opt_train.sweep.driver import recorded_status
-
-    if out is None and (storage is None or study is None):
-        raise ConfigUsageError("--status without --config needs --out DIR, or --storage URL with --study NAME")
+    if configs:
+        base = load(configs, overrides)
+        block = base.sweep or {}
+        out = out or default_out(base)
+        storage, study = storage or block.get("storage"), study or block.get("study")
+    elif out is None and storage is None:
+        out = "."  # run inside the sweep's folder
+    if out is None and study is None:
+        raise ConfigUsageError("--status with --storage needs --study NAME (or the sweep's --out DIR)")
     with user_errors():
         found = recorded_status(out, storage, study)
     if found is None:
-        raise ConfigUsageError(f"no study in {out or storage}" + (f" named {study}" if study else "")
-                               + ": give the sweep's --out (or --storage and --study)")
+        if configs:
+            click.echo(f"no study yet for {out} (run the sweep to create it)")
+            return
+        raise ConfigUsageError(f"no study in {os.path.abspath(out) if storage is None else storage}"
+                               + (f" named {study}" if study else "")
+                               + ": give the sweep's --out (or --storage and --study), or run inside its folder")
     result, best, metric = found
     click.echo(result.table)
     click.echo(result.summary)

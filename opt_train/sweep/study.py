@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 
+from opt_train.atomic import read_json, write_json
 from opt_train.config import ConfigError, ConfigIssue
 from opt_train.sweep.plan import render
 from opt_train.errors import TrainingFailed
@@ -30,6 +32,9 @@ RETRY_OF = "retry_of"
 PLAN_WAIT_SECONDS = 120
 # Study user attribute: the last run's base digest, metric, mode and swept keys (for --status alone).
 CURRENT = "sweep:current"
+# In the sweep folder: where its study is (`storage`: None for DIR/study.db, else the URL without
+# its password; `study`: the name), so `--status` needs the folder alone.
+WHERE_FILE = "sweep.json"
 STORAGE_ATTEMPTS = 5
 
 
@@ -214,7 +219,10 @@ def open_study(plan, pruner):
     queued = top_up(study, plan)
     if planned_key not in study.user_attrs:
         study.set_user_attr(planned_key, len(plan.queue))
-    # What `sweep --status` needs without the command that ran the sweep.
+    # What `sweep --status` needs without the command that ran the sweep: the folder says
+    # where the study is, the study what its last run was.
+    write_json(os.path.join(plan.out, WHERE_FILE),
+               {"storage": _without_password(plan.spec.storage) if plan.spec.storage else None, "study": name})
     study.set_user_attr(CURRENT, {
         "generation": plan.base_digest, "metric": plan.spec.metric, "mode": plan.spec.mode,
         "columns": list(plan.spec.swept_keys) + (
@@ -226,10 +234,15 @@ def open_study(plan, pruner):
 def load_recorded(out=None, storage=None, name=None):
     """`(study, current)` for `sweep --status` from the folder or storage alone; (None, None) when there is none.
 
-    `current` is what the last run of the sweep recorded: its base config's digest, metric,
-    mode and swept keys (None for a study written before it was recorded).
+    Without `storage`, the folder's `sweep.json` says where the study is (a folder from before
+    it was written: `DIR/study.db`, the study named after the folder). `current` is what the
+    last run of the sweep recorded: its base config's digest, metric, mode and swept keys
+    (None for a study written before it was recorded).
     """
     optuna = optuna_module()
+    if storage is None and out is not None:
+        where = read_json(os.path.join(out, WHERE_FILE)) or {}
+        storage, name = where.get("storage"), name or where.get("study")
     if storage is None:
         if out is None or not os.path.exists(os.path.join(out, STUDY_FILE)):
             return None, None
@@ -241,6 +254,11 @@ def load_recorded(out=None, storage=None, name=None):
     except KeyError:
         return None, None
     return study, study.user_attrs.get(CURRENT)
+
+
+def _without_password(url):
+    """`url` with no password (`postgresql://user@host/db`): a driver reads it from its own place (`~/.pgpass`)."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1@", url)
 
 
 def _fixed_key(fixed):
