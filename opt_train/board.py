@@ -1,5 +1,5 @@
 """How a run shows in TensorBoard, for the trainer and the sweep alike: each figure's run and tag, and the
-HParams session (the resolved config's scalar keys) in the logdir.
+HParams session (the keys that set the run apart: its non-default keys, a sweep's swept keys) in the logdir.
 
 Every figure is written by `training/reporting.py` under `tag(name, split)`; the sweep's
 HParams experiment names the same (run, tag) through `run_and_tag`.
@@ -51,8 +51,6 @@ def run_and_tag(key):
 
 
 _EVENT_PATTERN = "events.out.tfevents.*"
-# Keys that name where a run is rather than what it is: a column of them compares nothing.
-_NOT_HPARAMS = ("logdir",)
 
 
 def hparam_value(value):
@@ -66,22 +64,6 @@ def hparam_value(value):
     import yaml
 
     return yaml.safe_dump(value, default_flow_style=True, width=math.inf).removesuffix("\n").removesuffix("\n...")
-
-
-def config_hparams(resolved, first=None):
-    """`{dotted key: value}` of the resolved config's scalar leaves; `first` (e.g. a sweep's swept keys) come first.
-
-    `resolved` is `TrainConfig.to_dict()` (or config.yaml read back). None, lists and
-    empty mappings are not scalars and are left out, unless `first` names them.
-    """
-    first = dict(first or {})
-    values = {key: hparam_value(value) for key, value in first.items()}
-    for key, value in leaves(resolved):
-        if key in values or key in _NOT_HPARAMS:
-            continue
-        if isinstance(value, (bool, str, int, float)):
-            values[key] = hparam_value(value)
-    return values
 
 
 def leaves(mapping, prefix=""):
@@ -133,5 +115,11 @@ def write_session(logdir, values, group_name=None):
 
 
 def write_run_hparams(config):
-    """The HParams session of a run started by `opt-train train`: every scalar key of its resolved config."""
-    write_session(config.logdir, config_hparams(config.to_dict()))
+    """The HParams session of a run started by `opt-train train`: the keys its config sets apart from the defaults.
+
+    TensorBoard orders the columns by name and shows the first five: a key left at its
+    default, or one that does not define the run (`logdir`, `max_steps`, `print_loss_steps`,
+    ...), would only push the ones that differ out of sight.
+    """
+    # One column per leaf: `optimizer_params.learning_rate`, not the mapping as text.
+    write_session(config.logdir, {key: hparam_value(value) for key, value in leaves(config.chosen())})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from opt_train.config.schema import config_fields
+from opt_train.config.schema import config_fields, default_of
 
 # Read by the loader before any field (config/layering.py), so it is no TrainConfig field.
 LOADER_KEYS = (("base", "path", None, "another YAML file this one builds on; relative to this file"),)
@@ -18,8 +18,7 @@ def rows():
     found = [(name, values, "–", doc) for name, values, _, doc in LOADER_KEYS]
     for field in config_fields():
         meta = field.metadata
-        default = field.default_factory() if callable(field.default_factory) else field.default
-        found.append((field.name, meta["values"], meta["shown"] or show_default(default), meta["doc"]))
+        found.append((field.name, meta["values"], meta["shown"] or show_default(default_of(field)), meta["doc"]))
     return found
 
 

@@ -250,6 +250,13 @@ class TrainConfig:
         """The keys whose change continues the same run (`key(run=False)`): length, visibility, place."""
         return NOT_RUN_KEYS
 
+    def chosen(self):
+        """`{key: value}` (as `to_dict`) of the keys that define the run and that this config sets to other than
+        their default: what sets this run apart from others (its HParams columns)."""
+        resolved = self.to_dict()
+        return {field.name: resolved[field.name] for field in config_fields()
+                if field.name not in NOT_RUN_KEYS and resolved[field.name] != plain(default_of(field))}
+
     def pipeline_arguments(self):
         """`optimize_loss` keyword arguments of the keys that feed it unchanged (`key(feeds=...)`).
 
@@ -308,6 +315,11 @@ def _as_argument(value):
     if isinstance(value, dict):
         return dict(value)
     return value
+
+
+def default_of(field):
+    """The value of config key `field` in a config that does not set it."""
+    return field.default_factory() if callable(field.default_factory) else field.default
 
 
 def config_fields():

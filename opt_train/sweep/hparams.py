@@ -1,7 +1,9 @@
 """TensorBoard HParams summaries for a sweep: the experiment (swept keys, metrics) in DIR and one session per trial logdir.
 
-A trial's session is the one every run writes (`opt_train/board.py`), its swept keys
-first: the trial's curves stay in its `train` and `eval` runs, and the experiment's
+The experiment and every trial's session hold the swept keys alone: a key every trial
+shares is no column (TensorBoard orders columns by name and shows the first five, so
+constant ones would hide the swept ones). A trial's session replaces the one its run
+wrote (`opt_train/board.py`): the trial's curves stay in its `train` and `eval` runs, and the experiment's
 metrics point there (`accuracy` in group `eval`), so a trial adds no third run.
 TensorBoard's hparams API is imported inside the functions, and the event files are
 written without TensorFlow (`board.write_summary`), so the whole sweep driver stays
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 
 from opt_train import board
-from opt_train.board import clear_session, config_hparams, hparam_value, run_and_tag
+from opt_train.board import hparam_value, run_and_tag
 
 # Metrics listed for the dashboard besides the chosen one, when any trial has them.
 _USUAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss", "skipped_steps")
@@ -34,18 +36,6 @@ def domain(key, values, distribution=None):
     return hp.Discrete(sorted(converted))
 
 
-def _trial_hparams(logdir, overrides):
-    """The trial's swept values first, then the other scalar keys of the config it ran (its config.yaml)."""
-    import yaml
-
-    try:
-        with open(os.path.join(logdir, "config.yaml"), encoding="utf-8") as handle:
-            resolved = yaml.safe_load(handle) or {}
-    except OSError:  # a trial refused before it started has no config.yaml
-        resolved = {}
-    return config_hparams(resolved, first=overrides)
-
-
 def _metric(name):
     """The HParams metric of a final-metrics key: its tag in the trial's `train` or `eval` run."""
     from tensorboard.plugins.hparams import summary_v2 as hp  # not `api`: it imports TensorFlow
@@ -55,30 +45,26 @@ def _metric(name):
 
 
 def write_experiment(out, swept_keys, rows, metric, ranges=None):
-    """Writes the experiment summary in `out`: one HParam per swept key, the metrics the trials report."""
+    """Writes the experiment summary in `out`: one HParam per swept key (no other), the metrics the trials report."""
     from tensorboard.plugins.hparams import summary_v2 as hp  # not `api`: it imports TensorFlow
 
     ranges = ranges or {}
-    hparams = []
+    columns = []
     for key in swept_keys:
         values = [row["overrides"][key] for row in rows if key in row.get("overrides", {})]
-        hparams.append(hp.HParam(key, domain(key, values, ranges.get(key))))
-    # After the swept keys: every other scalar key of the configs the trials ran.
-    others = {}
-    for row in rows:
-        if row.get("logdir"):
-            others.update(_trial_hparams(row["logdir"], {}))
-    hparams += [hp.HParam(key) for key in others if key not in swept_keys]
+        columns.append(hp.HParam(key, domain(key, values, ranges.get(key))))
     seen = {name for row in rows for name in (row.get("metrics") or {})}
     names = [metric] + [name for name in _USUAL_METRICS if name in seen and name != metric]
     metrics = [_metric(name) for name in names]
-    board.write_summary(out, hp.hparams_config_pb(hparams=hparams, metrics=metrics))
+    board.write_summary(out, hp.hparams_config_pb(hparams=columns, metrics=metrics))
 
 
 def write_session(logdir, record):
-    """Writes one trial's session in its logdir: its swept values first, then its config's other scalar keys.
+    """Writes one trial's session in its logdir: its swept values (the record's overrides), nothing else.
 
     Its metrics are the last values of its `train` and `eval` runs, which the
     experiment's metrics name.
     """
-    board.write_session(logdir, _trial_hparams(logdir, record["overrides"]), group_name=record["trial"])
+    # One column per swept key, as in the experiment: a swept mapping stays one value.
+    values = {key: hparam_value(value) for key, value in record["overrides"].items()}
+    board.write_session(logdir, values, group_name=record["trial"])

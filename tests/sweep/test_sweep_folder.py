@@ -85,3 +85,38 @@ def test_status_where_no_sweep_ran_is_one_line_exit_2(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"Error: no study in {tmp_path}: give the sweep's --out (or --storage and --study), or run inside its folder"]
+
+
+def _hparams_table(folder):
+    """What TensorBoard's HParams tab gets for `tensorboard --logdir folder`: the experiment's hparam names, and
+    each session's `{name: value}` by its run, through TensorBoard's own loaders and hparams backend."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import backend_context, metadata
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(folder))
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, str(folder))
+    backend = backend_context.Context(base_plugin.TBContext(data_provider=provider, logdir=str(folder),
+                                                            multiplexer=multiplexer))
+    ctx = context.RequestContext()
+    experiment = backend.experiment_from_metadata(
+        ctx, "", True, backend.hparams_metadata(ctx, ""), backend.hparams_from_data_provider(ctx, "", None))
+    sessions = {}
+    for run, tags in multiplexer.PluginRunToTagToContent(metadata.PLUGIN_NAME).items():
+        if metadata.SESSION_START_INFO_TAG in tags:
+            start = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
+            sessions[run] = {name: value.number_value for name, value in start.hparams.items()}
+    return [info.name for info in experiment.hparam_infos], sessions
+
+
+def test_hparams_of_a_sweep_are_its_swept_keys_alone(sweep):
+    _, out = sweep
+    names, sessions = _hparams_table(out)
+    # The base config's keys (batch_size_per_gpu, model_params.hidden_units, ...) are the same in
+    # every trial: no column of theirs hides the swept learning rate.
+    assert names == ["optimizer_params.learning_rate"]
+    records = read_jsonl(out / "results.jsonl")
+    assert sessions == {record["trial"]: record["overrides"] for record in records}
