@@ -52,10 +52,13 @@ def default_uri(logdir):
 
 
 def store_uri(settings, logdir):
-    """The store a run logs to: `uri`, else `MLFLOW_TRACKING_URI`, else `default_uri(logdir)`; a relative SQLite path made absolute."""
+    """The store a run logs to: `uri`, else `MLFLOW_TRACKING_URI`, else `default_uri(logdir)`.
+
+    A relative SQLite path is made absolute (from the current folder, as MLflow reads it).
+    """
     uri = settings.get("uri") or os.environ.get(URI_VARIABLE) or default_uri(logdir)
     path = _sqlite_path(uri)
-    if path is not None and not os.path.isabs(path):
+    if path not in (None, "", ":memory:") and not os.path.isabs(path):
         # MLflow opens it from the current folder; written absolute, a resumed run or a
         # sweep's trial started elsewhere finds the same database.
         return "sqlite:///" + os.path.abspath(path) + uri[len("sqlite:///") + len(path):]
@@ -63,7 +66,7 @@ def store_uri(settings, logdir):
 
 
 def refusal(uri):
-    """Why the installed MLflow refuses store `uri` before logging anything (None: it takes it, as far as can be known)."""
+    """Why the installed MLflow refuses store `uri` outright (None: it takes it, as far as can be known beforehand)."""
     if urlparse(uri).scheme not in ("", "file"):
         return None
     if os.environ.get(_FILE_STORE_OPT_OUT, "").strip().lower() in ("true", "1"):
@@ -90,7 +93,8 @@ def _sqlite_path(uri):
 
 def _warning(what, uri, error):
     """One whole line: MLflow's message unwrapped, never cut (its last sentence is often the opt-out)."""
-    return f"warning: MLflow tracking off for this {what} ({uri}): {type(error).__name__}: {' '.join(str(error).split())}"
+    text = " ".join(str(error).split())
+    return f"warning: MLflow tracking off for this {what} ({uri}): {type(error).__name__}: {text}"
 
 
 def start_tracker(config, say, enabled=True):
