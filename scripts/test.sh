@@ -10,6 +10,7 @@ python scripts/installed.py "$EXTRAS" || python -m pip install --quiet --disable
 bash scripts/install_horovod.sh
 bash scripts/install_postgres.sh
 bash scripts/install_sshd.sh
+bash scripts/install_slurm.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # Bytecode is written (to the checkout's __pycache__/, ignored by git): where a container sets
 # PYTHONDONTWRITEBYTECODE, every one of the suite's few hundred processes would compile opt-train

@@ -41,8 +41,12 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
               help="Print the study's table, best trial and states from the sweep folder (--out, else the "
               "current folder); run nothing.")
 @click.option("--retry-failed", is_flag=True, help="Run failed trials again instead of skipping them.")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="Where trials run: processes of this machine, or the tasks of a SLURM array job (sbatch).")
+@click.option("--sbatch-args", metavar="ARGS", default="",
+              help='Extra sbatch options for --launcher slurm, e.g. "--partition gpu --gres=gpu:1 --time 2:00:00".')
 def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, study, seed, repeats, parallel, np_,
-          metric, mode, out, dry_run, print_commands, status, retry_failed):
+          metric, mode, out, dry_run, print_commands, status, retry_failed, launcher, sbatch_args):
     """Run a config once per trial (each its own `opt-train train` process) and print a ranked table.
 
     \b
@@ -63,6 +67,8 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         return
     if not configs:
         raise click.UsageError("Missing option '--config' / '-c' (only --status can do without it).")
+    if sbatch_args and launcher != "slurm":
+        raise ConfigUsageError("--sbatch-args: only with --launcher slurm")
     base = load(configs, overrides)
     options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
@@ -73,13 +79,33 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         if print_commands:
             click.echo("\n".join(plan.shell_command(trial) for trial in preview_trials(plan)))
             return
-        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress)
+        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress,
+                           launcher=_launcher(launcher, sbatch_args, plan))
     click.echo(result.table)
     click.echo(result.summary)
     if result.importances:
         click.echo(_importances_line(result.importances))
     if result.all_failed:
         raise TrainingFailedError(f"every trial failed; reasons in {plan.out}/results.jsonl")
+
+
+def _launcher(name, sbatch_args, plan):
+    """None for trials run here; a `SlurmLauncher` for `--launcher slurm`, or exit 2 where SLURM cannot be used."""
+    if name == "local":
+        return None
+    import shlex
+
+    from opt_train.sweep.slurm import SlurmLauncher, missing_commands
+
+    missing = missing_commands()
+    if missing:
+        raise ConfigUsageError(f"--launcher slurm: {', '.join(missing)} not found on PATH (run the sweep where SLURM's "
+                               "commands are, e.g. a login node)")
+    try:
+        extra = shlex.split(sbatch_args)
+    except ValueError as error:
+        raise ConfigUsageError(f"--sbatch-args: {error}. Received: {sbatch_args}") from None
+    return SlurmLauncher(plan.out, extra, name=f"opt-train-{os.path.basename(os.path.normpath(plan.out))}")
 
 
 def _status(configs, overrides, out, storage, study):

@@ -251,9 +251,12 @@ def _lock(folder):
 class _Worker:
     """Takes trials from the study, starts their processes, tells the study how they ended, records them."""
 
-    def __init__(self, plan, study, report, environment, parallel=1):
+    def __init__(self, plan, study, report, environment, parallel=1, launcher=None):
         self.plan, self.study, self.report, self.environment = plan, study, report, environment
         self.parallel = parallel
+        # Where trials run: None for this machine's processes, else a launcher that knows whether a
+        # trial's task still runs elsewhere (SLURM's queue).
+        self.launcher = launcher
         # Trainers still running whose driver died here (kill -9): they count against --parallel.
         # Counted at the start (None: not yet) and again while any is left.
         self._orphans_running = None
@@ -323,6 +326,9 @@ class _Worker:
             path = os.path.join(self.plan.out, folder)
             if not os.path.isdir(path):
                 continue  # another machine's trial
+            if self.launcher is not None and self.launcher.alive(frozen):
+                waiting = True  # its task still runs on the cluster: adopted once it ends
+                continue
             fd = _lock(path)
             if fd is None:
                 waiting = True
@@ -413,6 +419,14 @@ class _Worker:
         return None
 
     # -- results -----------------------------------------------------------
+    def submitted(self, job, task):
+        """Records on the study which cluster task runs the job's trial (a re-run asks the cluster about it)."""
+        from opt_train.sweep.slurm import TASK
+
+        trial = self.running[job.name][0]
+        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, trial.number)
+        self.study._storage.set_trial_user_attr(trial_id, TASK, task)
+
     def started(self, job):
         trial = self.running[job.name][0]
         self.report(f"[{trial.number}] {trial.name} started: {trial.describe()}")
@@ -494,12 +508,13 @@ def _jsonable(value):
     return json.loads(json.dumps(finite_json(value), default=str))
 
 
-def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
+def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, launcher=None):
     """Runs this worker's share of the study of `plan`, `parallel` trials at a time; returns the `SweepResult`.
 
     Trials the study has finished (ok, failed, pruned) are not run again (failed ones
     are when `retry_failed`); trials left running by a worker that died on this machine
-    resume from their checkpoints. `report(text)` receives progress lines.
+    resume from their checkpoints. `report(text)` receives progress lines. `launcher`: None
+    runs each trial as a process of this machine; a `slurm.SlurmLauncher` as SLURM array tasks.
     """
     report = report or (lambda text: None)
     study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params))
@@ -512,10 +527,15 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
 
     # tracking: {mlflow: ...}: the study is one MLflow run, each trial a child of it.
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
-    worker = _Worker(plan, study, report, {**thread_environment(parallel * plan.np), **parent.environment},
-                     parallel=parallel)
+    # A cluster task has its node's cores to itself; processes of this machine share its cores.
+    threads = thread_environment(parallel * plan.np) if launcher is None else {}
+    worker = _Worker(plan, study, report, {**threads, **parent.environment}, parallel=parallel, launcher=launcher)
     try:
-        run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
+        if launcher is None:
+            run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
+        else:
+            launcher.run(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished,
+                         on_submit=worker.submitted)
     finally:
         worker.close()
         parent.close()

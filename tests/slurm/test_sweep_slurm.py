@@ -1,0 +1,101 @@
+"""`opt-train sweep --launcher slurm` against a real single-node SLURM (tests/slurm/conftest.py).
+
+The trials run as the tasks of one `sbatch --array` job and give the same table as the
+local launcher; an array task cancelled with `scancel` is left for the next run of the
+same command, which resubmits only it and finishes the sweep. Bad flags are one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import CONFIGS, REPO, read_json, unlaunched_environ
+
+SHORT = ["--set", "max_steps=30", "--set", "eval_steps=30", "--set", "save_checkpoint_steps=10",
+         "--set", "save_summaries_steps=null", "--set", "print_loss_steps=10"]
+GRID = ["--grid", "optimizer_params.learning_rate=0.1,0.01"]
+TIMEOUT_SECONDS = 600
+
+
+def _sweep(cluster, *args, cwd=REPO):
+    environ = {**unlaunched_environ(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)),
+               "SLURM_CONF": cluster.environ["SLURM_CONF"]}
+    return subprocess.run([sys.executable, "-m", "opt_train", "sweep", *map(str, args)], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+
+
+def _rows(stdout):
+    """The table's trial lines."""
+    return [line for line in stdout.splitlines() if line.startswith("trial-")]
+
+
+@pytest.mark.slow
+def test_a_slurm_array_sweep_gives_the_local_table_and_a_cancelled_task_is_finished_by_a_rerun(
+        slurm_cluster, tmp_path):
+    from opt_train.sweep.slurm import TASKS_FOLDER
+
+    base = ["--config", CONFIGS / "default.yaml", *SHORT, *GRID]
+    local = _sweep(slurm_cluster, *base, "--out", tmp_path / "local", "--parallel", 2)
+    assert local.returncode == 0, local.stdout + local.stderr
+
+    out = tmp_path / "slurm"
+    # One task at a time: the second waits in the queue, and is cancelled there.
+    argv = [*base, "--out", out, "--parallel", 1, "--launcher", "slurm", "--sbatch-args", "--time=10"]
+    cancelled = []
+
+    def cancel_the_second_task():
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while time.monotonic() < deadline and not cancelled:
+            scripts = list((out / TASKS_FOLDER).glob("*.sh")) if (out / TASKS_FOLDER).exists() else []
+            if scripts:
+                queued = slurm_cluster.run("squeue", "-h", "-r", "-o", "%i", check=False).stdout.split()
+                second = [task for task in queued if task.endswith("_1")]
+                if second:
+                    slurm_cluster.run("scancel", second[0])
+                    cancelled.append(second[0])
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=cancel_the_second_task, daemon=True)
+    watcher.start()
+    first = _sweep(slurm_cluster, *argv)
+    watcher.join(timeout=5)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert cancelled, first.stdout + first.stderr
+    assert "interrupted; it resumes on the next run" in first.stderr, first.stderr
+    assert len(list((out / TASKS_FOLDER).glob("*.sh"))) == 1  # every trial of the run in one array job
+
+    again = _sweep(slurm_cluster, *argv)
+    assert again.returncode == 0, again.stdout + again.stderr
+    scripts = sorted((out / TASKS_FOLDER).glob("*.sh"))
+    assert len(scripts) == 2 and scripts[1].read_text().count(") cd ") == 1  # only the cancelled trial again
+    assert _rows(again.stdout) == _rows(local.stdout), (again.stdout, local.stdout)
+    for trial in sorted(out.glob("trial-*")):
+        assert read_json(trial / "trial.json")["status"] == "ok"
+
+
+def test_bad_launcher_flags_are_one_line_exit_2(cli, tmp_path):
+    result = cli("sweep", "--config", CONFIGS / "default.yaml", *GRID, "--out", tmp_path / "s",
+                 "--sbatch-args", "--time=5")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == "Error: --sbatch-args: only with --launcher slurm"
+    assert "Traceback" not in result.output
+    result = cli("sweep", "--config", CONFIGS / "default.yaml", *GRID, "--out", tmp_path / "s",
+                 "--launcher", "slurm", "--sbatch-args", "--time='5")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: --sbatch-args: No closing quotation")
+
+
+def test_without_slurm_commands_the_slurm_launcher_is_refused(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch/squeue/scancel here
+    result = cli("sweep", "--config", CONFIGS / "default.yaml", *GRID, "--out", tmp_path / "s", "--launcher", "slurm")
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: --launcher slurm: sbatch, squeue, scancel not found on PATH"), last
+    assert not (tmp_path / "s").exists()
