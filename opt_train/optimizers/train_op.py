@@ -27,6 +27,7 @@ import tensorflow as tf
 from opt_train.errors import ParamError
 from opt_train.optimizers.finite import l2_norm
 from opt_train.optimizers.freezing import split_frozen, variable_path
+from opt_train.optimizers.optimizer_groups import OptimizerGroups
 from opt_train.optimizers.transform import report, state_variables, states_with
 
 
@@ -129,7 +130,10 @@ class TrainOp(tf.Module):
             # Inside the strategy's scope (tf.distribute): the optimizer's slots become mirrored
             # variables and the accumulators replica-local ones. Building the slots here, eagerly,
             # also avoids keras#23085 (a first update traced under a strategy fails to build them).
-            self.optimizer.build(variables)
+            if isinstance(self.optimizer, OptimizerGroups):
+                self.optimizer.build(variables, frozen=frozen)  # a group of frozen variables alone is refused
+            else:
+                self.optimizer.build(variables)
             self._state = {"local": self._pipeline.local.init(variables),
                            "accumulate": self._pipeline.shared.init(variables)}
         self._pipeline_variables = _PipelineVariables(state_variables(self._state))
