@@ -222,3 +222,17 @@ def test_two_groups_on_two_replicas_with_mixed_backoff_iter_size_and_clipping_eq
     assert min(found["moved"].values()) > 1e-4  # every variable trained
     for path, difference in found["differences"].items():
         assert difference <= 1e-6, (path, found)
+
+
+def test_lr_multiplier_follows_lr_control_s_factor():
+    from opt_train.optimizers.optimizer_groups import group_rate
+    from opt_train.training.controls import ScaledSchedule
+
+    run_rate = ScaledSchedule(keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.5))
+    head = group_rate(run_rate, 0.1)
+    step = tf.constant(3, tf.int64)
+    before = float(head(step))
+    run_rate.scale.assign(0.25)  # what lr_control sets after an evaluation
+    np.testing.assert_allclose(float(head(step)), 0.25 * before, rtol=1e-6)
+    np.testing.assert_allclose(float(head(step)), 0.1 * float(run_rate(step)), rtol=1e-6)
+    assert group_rate(run_rate, 1.0) is run_rate and group_rate(0.5, 0.1) == pytest.approx(0.05)
