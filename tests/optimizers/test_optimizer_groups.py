@@ -236,3 +236,16 @@ def test_lr_multiplier_follows_lr_control_s_factor():
     np.testing.assert_allclose(float(head(step)), 0.25 * before, rtol=1e-6)
     np.testing.assert_allclose(float(head(step)), 0.1 * float(run_rate(step)), rtol=1e-6)
     assert group_rate(run_rate, 1.0) is run_rate and group_rate(0.5, 0.1) == pytest.approx(0.05)
+
+
+def test_larc_reads_each_variable_s_group_multiplier():
+    from opt_train.optimizers.transform import states_with
+
+    model = make_model()
+    train_op = optimize_loss(loss_of(model), "SGD", {"learning_rate": 0.1}, var_list=model.trainable_variables,
+                             larc_params={"larc_eta": 0.01}, optimizer_groups=[
+                                 {"variables": "^head/", "lr_multiplier": 0.1}])
+    train_op(make_data()[0])
+    (larc_state,) = states_with(train_op._state, "clip_on")
+    assert [v.path for v in train_op.variables_to_train] == ["encoder/kernel", "encoder/bias", "head/kernel", "head/bias"]
+    assert larc_state.rate_scale == (1.0, 1.0, 0.1, 0.1)
