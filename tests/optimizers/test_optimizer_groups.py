@@ -249,3 +249,30 @@ def test_larc_reads_each_variable_s_group_multiplier():
     (larc_state,) = states_with(train_op._state, "clip_on")
     assert [v.path for v in train_op.variables_to_train] == ["encoder/kernel", "encoder/bias", "head/kernel", "head/bias"]
     assert larc_state.rate_scale == (1.0, 1.0, 0.1, 0.1)
+
+
+def test_float16_groups_each_keep_float32_masters_and_match_the_float32_run():
+    """Under dtype float16 each group's optimizer updates its own float32 masters (MixedPrecisionOptimizerWrapper)."""
+    from opt_train.optimizers.mixed_precision import MixedPrecisionOptimizerWrapper
+
+    groups = [{"variables": "^head/", "optimizer": "KerasAdam", "lr_multiplier": 0.5}]
+    finals, initial = {}, make_model().get_weights()
+    for dtype in ("float32", "float16"):
+        keras.mixed_precision.set_dtype_policy(dtype)
+        try:
+            model = make_model()
+            model.set_weights([w.astype(dtype) for w in initial])
+            train_op = optimize_loss(lambda batch: tf.cast(loss_of(model)(batch), tf.float32), "SGD",
+                                     {"learning_rate": 0.1}, var_list=model.trainable_variables, dtype=dtype,
+                                     optimizer_groups=groups)
+            for x, y in make_data():
+                train_op((tf.cast(x, dtype), tf.cast(y, dtype)))
+        finally:
+            keras.mixed_precision.set_dtype_policy("float32")
+        finals[dtype] = {path: value.astype(np.float32) for path, value in weights(model).items()}
+        if dtype == "float16":
+            inner = train_op.optimizer.optimizers
+            assert all(isinstance(o, MixedPrecisionOptimizerWrapper) for o in inner)
+            assert [len(o.masters) for o in inner] == [2, 2]  # the head's two, the encoder's two
+    for path, value in finals["float32"].items():
+        np.testing.assert_allclose(finals["float16"][path], value, atol=5e-3, err_msg=path)
