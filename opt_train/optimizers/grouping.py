@@ -172,12 +172,8 @@ def assign(paths, groups, frozen_paths=()):
                        "variable has no optimizer")
         else:
             message = f"matches no trainable variable (their paths: {_few(paths)})"
-        raise ParamError.at(here, "out_of_range", message, group_pattern(groups, index))
+        raise ParamError.at(here, "out_of_range", message, groups[index]["variables"])
     return taken
-
-
-def group_pattern(groups, index):
-    return groups[index]["variables"]
 
 
 def _few(paths, shown=4):

@@ -262,6 +262,9 @@ class TrainOp(tf.Module):
     def _summary_entries(self, grads, larc, learning_rate):
         entries = {}
         wanted = set(self._summaries)
+        # Each variable's rate over the reported one: its optimizer group's lr_multiplier, as LARC holds it.
+        rate_scale = next((state.rate_scale for state in states_with(self._state, "rate_scale") if state.rate_scale),
+                          (1.0,) * len(grads))
         for i, (g, v) in enumerate(zip(grads, self.variables_to_train)):
             name = variable_path(v).replace(":", "_")
             if g is not None and "gradients" in wanted:
@@ -276,7 +279,7 @@ class TrainOp(tf.Module):
                 ratio = larc["larc_ratio"][i]
                 entries[f"larc/grad_update/{name}"] = ratio
                 entries[f"larc/clip_on/{name}"] = tf.cast(larc["larc_clip_on"][i], tf.int32)
-                entries[f"larc/final_lr/{name}"] = learning_rate * ratio
+                entries[f"larc/final_lr/{name}"] = learning_rate * rate_scale[i] * ratio
         return entries
 
     def _compiled_step(self, summarize, statistics):

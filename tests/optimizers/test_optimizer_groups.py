@@ -243,12 +243,16 @@ def test_larc_reads_each_variable_s_group_multiplier():
 
     model = make_model()
     train_op = optimize_loss(loss_of(model), "SGD", {"learning_rate": 0.1}, var_list=model.trainable_variables,
-                             larc_params={"larc_eta": 0.01}, optimizer_groups=[
+                             larc_params={"larc_eta": 0.01}, summaries=["larc_summaries"], optimizer_groups=[
                                  {"variables": "^head/", "lr_multiplier": 0.1}])
-    train_op(make_data()[0])
+    result = train_op(make_data()[0], summarize=True)
     (larc_state,) = states_with(train_op._state, "clip_on")
     assert [v.path for v in train_op.variables_to_train] == ["encoder/kernel", "encoder/bias", "head/kernel", "head/bias"]
     assert larc_state.rate_scale == (1.0, 1.0, 0.1, 0.1)
+    # The rate each variable was updated at, as the summaries report it: its group's.
+    for path, scale in (("encoder/kernel", 1.0), ("head/kernel", 0.1)):
+        np.testing.assert_allclose(float(result[f"larc/final_lr/{path}"]),
+                                   0.1 * scale * float(result[f"larc/grad_update/{path}"]), rtol=1e-6)
 
 
 def test_float16_groups_each_keep_float32_masters_and_match_the_float32_run():
