@@ -499,6 +499,9 @@ def layer_optimizers(result, settings, tf_backend=True):
         return
     by_block, order = {}, []
     for layer, spec in network.items():
+        for inner, opts in _nested_updater_opts(spec, f"network.{layer}"):
+            result.drop(inner, shown(opts), "a sub-network layer's updater_opts: its variables' paths are the "
+                        "model's to name; write an optimizer_groups entry for them")
         if not isinstance(spec, dict) or "updater_opts" not in spec:
             continue
         opts = spec["updater_opts"]
@@ -553,3 +556,17 @@ def layer_optimizers(result, settings, tf_backend=True):
         result.notes.append("optimizer_groups: the layers' updater_opts optimizers, each with its own options and "
                             "RETURNN's optimizer_epsilon / momentum as RETURNN passes them; `^layer/` matches "
                             "a model whose layers keep the RETURNN network's names: adjust the regexes to your model")
+
+
+def _nested_updater_opts(spec, where):
+    """`(key, updater_opts)` of the layers inside a layer (a rec unit, a subnetwork), at any depth."""
+    found = []
+    if isinstance(spec, dict):
+        for key, value in spec.items():
+            if key == "updater_opts":
+                continue
+            if isinstance(value, dict):
+                if "updater_opts" in value:
+                    found.append((f"{where}.{key}.updater_opts", value["updater_opts"]))
+                found.extend(_nested_updater_opts(value, f"{where}.{key}"))
+    return found

@@ -82,3 +82,17 @@ def test_updater_multiple_optimizers_and_opts(tmp_path):
     assert len(groups.optimizers) == 3
     # RETURNN's `lr * learning_rate_multiplier`, at its global rate 1.0.
     assert [float(o.learning_rate) for o in groups.optimizers] == [1.0, 3.0, 1.0]
+
+
+def test_a_sub_network_layer_s_updater_opts_is_named_not_dropped_silently(tmp_path):
+    source = tmp_path / "nested.config"
+    source.write_text(
+        "network = {'output': {'class': 'rec', 'from': 'data', 'unit': {\n"
+        "    's': {'class': 'rnn_cell', 'n_out': 8, 'from': 'prev:output',\n"
+        "          'updater_opts': {'optimizer': {'class': 'Adam'}}},\n"
+        "    'output': {'class': 'softmax', 'from': 's'}}}}\n"
+        "learning_rate = 0.1\n")
+    conversion = convert("returnn", str(source))
+    assert "optimizer_groups" not in conversion.data
+    assert [key for key, _, _ in conversion.dropped if "updater_opts" in key] == [
+        "network.output.unit.s.updater_opts"]
