@@ -49,6 +49,10 @@ def lr(configs, overrides, steps, every, csv_path, plot_path):
     if config.warmup:
         title += f", warmup: {config.warmup.get('steps')} updates"
     click.echo(preview.format_report(values, every, title))
+    scaled = [f"optimizer_groups[{i}] x {group['lr_multiplier']:g}" for i, group in enumerate(config.optimizer_groups)
+              if group["lr_multiplier"] != 1.0]
+    if scaled:
+        click.echo(f"the run's rate; these groups train at it times their lr_multiplier: {', '.join(scaled)}")
     try:
         if csv_path:
             preview.write_csv(csv_path, preview.sample(values, every))

@@ -164,6 +164,17 @@ def optimizer_params(name, value):
     return params
 
 
+def optimizer_groups(name, value):
+    """`[{variables, optimizer, optimizer_params, lr_multiplier}]`, each entry checked by the optimizer layer's
+    own TF-free rule (`grouping`), every bad one reported; their parameters are a cross-field rule."""
+    from opt_train.optimizers import grouping
+
+    groups, errors = grouping.check_groups(value)
+    if errors:
+        raise p.ParamErrors(errors)
+    return groups
+
+
 def larc_params(name, value):
     """The LARC block with defaults filled in, every problem reported."""
     filled, errors = names.larc_param_errors(p.mapping(name, value))

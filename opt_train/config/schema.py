@@ -88,6 +88,11 @@ class TrainConfig:
     optimizer_params: dict = key(
         {}, rules.optimizer_params, _MAPPING,
         "the optimizer's arguments; `learning_rate` (> 0) is the base rate")
+    optimizer_groups: tuple = key(
+        (), rules.optimizer_groups, "list of `{variables, optimizer, optimizer_params, lr_multiplier}`",
+        "variables whose path a group's regex matches (first group wins) train with its optimizer, its "
+        "`optimizer_params` over the top-level ones, at `lr_multiplier` times the run's rate "
+        "([Optimizer groups](optimizers.md#optimizer-groups))", feeds="optimizer_groups")
     lr_policy: str = key(
         "fixed", rules.lr_policy_name, "name", ", ".join(lr_registry.POLICY_NAMES))
     lr_policy_params: dict = key(

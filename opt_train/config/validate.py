@@ -59,6 +59,15 @@ def optimizer_params(values):
     return None
 
 
+def optimizer_group_params(values):
+    """Each optimizer group's parameters, judged by its optimizer's table as `optimizer_params` are."""
+    from opt_train.optimizers import grouping
+
+    errors = grouping.param_errors(values["optimizer_groups"], values["optimizer"], values["optimizer_params"])
+    if errors:
+        raise RuleErrors(errors)
+
+
 def regularizer_params(values):
     """`scale` for l1 / l2, also `l1` and `l2` for l1_l2, each >= 0; nothing without a regularizer."""
     params = dict(values["regularizer_params"])
@@ -163,6 +172,7 @@ CROSS_RULES = (
     (("max_steps", "num_epochs"), "num_epochs", steps_or_epochs),
     (("loss_scaling", "loss_scaling_params"), "loss_scaling_params", loss_scaler_params),
     (("optimizer", "optimizer_params"), "optimizer_params", optimizer_params),
+    (("optimizer", "optimizer_params", "optimizer_groups"), "optimizer_groups", optimizer_group_params),
     (("regularizer", "regularizer_params"), "regularizer_params", regularizer_params),
     (("lr_policy", "lr_policy_params", "max_steps"), "lr_policy_params", lr_policy_params),
     (("lr_policy", "warmup"), "warmup", warmup_params),

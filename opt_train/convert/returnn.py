@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os.path
+import re
 
 from opt_train.config.schema import FIELD_NAMES
 from opt_train.convert import Conversion
@@ -176,6 +177,7 @@ def convert_returnn(path):
     tf_backend = settings.get("backend") not in ("torch", "jax")
     if tf_backend:
         returnn_epsilon(result)
+    layer_optimizers(result, settings, tf_backend)
     if data.get("optimizer") == "ReturnnNadam":
         result.notes.append("nadam: RETURNN's NadamOptimizer (TF1 contrib's: Adam with a Nesterov look-ahead), "
                             "not Keras' Nadam; RETURNN under TF 2 gave `nadam = True` Keras' Nadam: "
@@ -466,3 +468,105 @@ def accumulate_as_sum(result):
     else:
         result.notes.append("accum_grad_multiple_step: RETURNN sums the accumulated gradients; "
                             "iter_size averages them (scale learning_rate by iter_size for the same step)")
+
+
+# RETURNN's per-layer `updater_opts` keys besides `optimizer`: its updater post-processes each
+# variable's gradient with them (returnn/tf/updater.py `_post_process_grad`); opt-train's one
+# pipeline serves every group alike.
+PER_LAYER_PIPELINE = ("accum_grad_multiple_step", "gradient_noise", "gradient_clip", "gradient_clip_norm",
+                      "gradient_clip_avg_norm", "gradient_clip_global_norm", "global_norm_tag",
+                      "gradient_clip_global_norm_tag", "grad_norm_to_clip_to_zero", "maximize_grad_norm",
+                      "gradient_nan_inf_filter", "debug_grad_summaries", "tags")
+
+
+def layer_optimizers(result, settings, tf_backend=True):
+    """Layers' `updater_opts = {"optimizer": {...}}` -> `optimizer_groups`, one group per distinct optimizer.
+
+    RETURNN gives such a layer's variables an optimizer of its own (returnn/tf/updater.py
+    `_create_optimizer`): the block's `class` (else the default optimizer's class) with the
+    block's own options only, plus the config's `optimizer_epsilon` (default 1e-16) and
+    `momentum` where the class takes them, at the global rate times `learning_rate_multiplier`.
+    Layers with the same block share one optimizer. A group naming its optimizer means that:
+    its own parameters, the run's rate times `lr_multiplier`. Each group's regex is the
+    layer's name as the first part of a variable path (`^layer1/`), which holds only for a
+    model whose layers are named as the RETURNN network's.
+    """
+    from opt_train.config.compat import resolved
+    from opt_train.optimizers import specs
+
+    network = settings.get("network")
+    if not isinstance(network, dict):
+        return
+    by_block, order = {}, []
+    for layer, spec in network.items():
+        for inner, opts in _nested_updater_opts(spec, f"network.{layer}"):
+            result.drop(inner, shown(opts), "a sub-network layer's updater_opts: its variables' paths are the "
+                        "model's to name; write an optimizer_groups entry for them")
+        if not isinstance(spec, dict) or "updater_opts" not in spec:
+            continue
+        opts = spec["updater_opts"]
+        where = f"network.{layer}.updater_opts"
+        if not isinstance(opts, dict) or not is_plain(opts):
+            result.drop(where, shown(opts), "needs the config to run to be known; write an optimizer_groups entry")
+            continue
+        for key, value in opts.items():
+            if key in PER_LAYER_PIPELINE:
+                result.drop(f"{where}.{key}", shown(value), "RETURNN's per-layer gradient option; opt-train's "
+                            "one gradient pipeline serves every group alike (set the top-level key for all)")
+            elif key != "optimizer":
+                result.drop(f"{where}.{key}", shown(value), "no opt-train equivalent")
+        block = opts.get("optimizer")
+        if not block:
+            continue  # RETURNN's default optimizer, as the variables no group takes
+        block = {"class": block} if isinstance(block, str) else dict(block)
+        if "learning_rate" in block:
+            result.drop(f"{where}.optimizer.learning_rate", shown(block.pop("learning_rate")),
+                        "RETURNN refuses it (the rate is the global one); a group's rate is lr_multiplier times the run's")
+        key = repr(sorted(block.items()))
+        if key not in by_block:
+            by_block[key] = (block, [])
+            order.append(key)
+        by_block[key][1].append(str(layer))
+    groups = []
+    for key in order:
+        block, layers = by_block[key]
+        block = dict(block)
+        name = block.pop("class", None)
+        is_nadam = isinstance(name, str) and name.lower() in ("nadam", "nadamoptimizer")
+        optimizer = "ReturnnNadam" if is_nadam else resolved(name) if name else result.data.get("optimizer")
+        multiplier = block.pop("learning_rate_multiplier", None)
+        params = dict(block)
+        try:
+            takes = specs.spec(optimizer)
+        except (ValueError, TypeError):
+            takes = {}
+        if tf_backend and "epsilon" in takes:
+            params.setdefault("epsilon", settings.get("optimizer_epsilon", 1e-16))
+        if "momentum" in takes and settings.get("momentum"):
+            params.setdefault("momentum", settings["momentum"])
+        names = "|".join(re.escape(layer) for layer in layers)
+        group = {"variables": f"^({names})/" if len(layers) > 1 else f"^{names}/", "optimizer": optimizer}
+        if params:
+            group["optimizer_params"] = params
+        if multiplier is not None:
+            group["lr_multiplier"] = multiplier
+        groups.append(group)
+    if groups:
+        result.data["optimizer_groups"] = groups
+        result.notes.append("optimizer_groups: the layers' updater_opts optimizers, each with its own options and "
+                            "RETURNN's optimizer_epsilon / momentum as RETURNN passes them; `^layer/` matches "
+                            "a model whose layers keep the RETURNN network's names: adjust the regexes to your model")
+
+
+def _nested_updater_opts(spec, where):
+    """`(key, updater_opts)` of the layers inside a layer (a rec unit, a subnetwork), at any depth."""
+    found = []
+    if isinstance(spec, dict):
+        for key, value in spec.items():
+            if key == "updater_opts":
+                continue
+            if isinstance(value, dict):
+                if "updater_opts" in value:
+                    found.append((f"{where}.{key}.updater_opts", value["updater_opts"]))
+                found.extend(_nested_updater_opts(value, f"{where}.{key}"))
+    return found

@@ -28,10 +28,12 @@ from opt_train.optimizers.transform import GradientTransform
 
 class LarcState(NamedTuple):
     """Per variable, for the last update: `ratio` (the factor r applied to its gradient) and
-    `clip_on` (clip mode: r < 1, i.e. LARC lowered the rate)."""
+    `clip_on` (clip mode: r < 1, i.e. LARC lowered the rate); `rate_scale`, each variable's
+    rate over the run's (its optimizer group's `lr_multiplier`; numbers, not state)."""
 
     ratio: tf.Variable
     clip_on: tf.Variable
+    rate_scale: tuple = ()
 
     def report(self):
         """Per-variable vectors (aligned with the variables): the factor applied, and whether it was < 1."""
@@ -46,11 +48,13 @@ def trust_ratio(var_norm, grad_norm, *, eta, mode, min_update, epsilon, learning
     return tf.maximum(eta * var_norm / (grad_norm + epsilon), min_update)
 
 
-def larc(larc_eta, larc_mode="clip", min_update=1e-7, epsilon=1e-7):
+def larc(larc_eta, larc_mode="clip", min_update=1e-7, epsilon=1e-7, *, rate_multipliers=None):
     """Rescales each gradient by its LARC trust ratio.
 
     Needs the extra input `learning_rate=` in clip mode (optimize_loss passes
-    the rate the optimizer is about to use).
+    the rate the optimizer is about to use). Under optimizer groups a variable's
+    `lr` is that rate times its group's multiplier (`rate_multipliers(variables)
+    -> [float]`, read once at `init`).
 
     Args:
         larc_eta: trust coefficient eta, > 0 (required).
@@ -69,6 +73,7 @@ def larc(larc_eta, larc_mode="clip", min_update=1e-7, epsilon=1e-7):
         return LarcState(
             ratio=tf.Variable(tf.ones([count], tf.float32), trainable=False, name="larc_ratio"),
             clip_on=tf.Variable(tf.zeros([count], tf.bool), trainable=False, name="larc_clip_on"),
+            rate_scale=tuple(rate_multipliers(variables)) if rate_multipliers is not None else (),
         )
 
     def update(grads, state, variables=None, learning_rate=None, **extra):
@@ -84,9 +89,10 @@ def larc(larc_eta, larc_mode="clip", min_update=1e-7, epsilon=1e-7):
                 ratios.append(tf.constant(1.0))
                 continue
             dense = tf.cast(tf.convert_to_tensor(g), tf.float32)
+            rate = lr if lr is None or not state.rate_scale or state.rate_scale[i] == 1.0 else lr * state.rate_scale[i]
             ratio = trust_ratio(
                 l2_norm(v), l2_norm(dense), eta=eta, mode=mode,
-                min_update=min_update, epsilon=epsilon, learning_rate=lr,
+                min_update=min_update, epsilon=epsilon, learning_rate=rate,
             )
             out[i] = dense * ratio
             ratios.append(ratio)

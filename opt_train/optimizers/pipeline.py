@@ -17,7 +17,8 @@ import tensorflow as tf
 
 import keras
 
-from opt_train.optimizers import names, registry, user_transforms
+from opt_train.errors import ParamError
+from opt_train.optimizers import grouping, names, registry, user_transforms
 from opt_train.optimizers.accumulation import accumulate
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.clipping import clip_by_global_norm
@@ -29,6 +30,7 @@ from opt_train.optimizers.mixed_precision import (
     is_low_precision,
     needs_master_weights,
 )
+from opt_train.optimizers.optimizer_groups import OptimizerGroups, group_rate
 from opt_train.optimizers.train_op import TrainOp
 from opt_train.optimizers.transform import GradientTransform, identity, named_chain
 
@@ -119,12 +121,14 @@ class Pipeline(NamedTuple):
 
 
 def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None, inserted=(),
-                   on_nonfinite="skip", max_consecutive_overflows=None, iter_size_mode="mean"):
+                   on_nonfinite="skip", max_consecutive_overflows=None, iter_size_mode="mean",
+                   rate_multipliers=None):
     """The gradient pipeline as a `Pipeline` (see the module docstring for the order).
 
     `inserted` is `[(stage, transform)]`: each transform runs right after the
     built-in stage it names (`user_transforms.STAGES`), several after one stage
-    in the order given.
+    in the order given. `rate_multipliers(variables) -> [float]`: each variable's
+    rate over the run's (optimizer groups), which LARC's clip mode divides by.
     """
     after = {}
     for place, transform in inserted:
@@ -137,7 +141,7 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
     # OpenSeq2Seq's post_process_gradients order: clip by global norm, then LARC.
     posts = [("clip", clip_by_global_norm(clip_gradients))] if clip_gradients is not None else []
     if larc_params is not None:
-        posts.append(("larc", larc(**larc_params)))
+        posts.append(("larc", larc(**larc_params, rate_multipliers=rate_multipliers)))
     post = named_chain(*posts) if len(posts) > 1 else posts[0][1] if posts else identity()
     per_update = named_chain(
         *[(f"after_accumulate_{i}", t) for i, t in enumerate(after.get("accumulate", ()))],
@@ -157,7 +161,8 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
                   loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
                   distributed=None, freeze_variables_regex=None, on_nonfinite="skip",
                   max_consecutive_overflows=names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT, jit_compile=False,
-                  gradient_transforms=None, iter_size_mode="mean", count_skipped_updates=False):
+                  gradient_transforms=None, iter_size_mode="mean", count_skipped_updates=False,
+                  optimizer_groups=None):
     """Given a loss function and optimizer settings, returns a `TrainOp` (OpenSeq2Seq's `optimize_loss` for TF2).
 
     Args:
@@ -193,6 +198,10 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         gradient_transforms: your own transforms, each run right after a named built-in
             stage: entries `{factory, params, after}` as in YAML (`user_transforms`), or
             `(after, GradientTransform)` pairs. Defaults to none.
+        optimizer_groups: `[{variables, optimizer, optimizer_params, lr_multiplier}]` as in
+            YAML (`grouping`): each variable goes to the first group whose regex searches its
+            path, the others to `optimizer`; every group shares this one pipeline, and only the
+            final apply is split (`OptimizerGroups`). Defaults to none.
 
     Returns:
         A `TrainOp`. `train_op(batch, summarize=False)` returns `loss` (float32,
@@ -214,6 +223,7 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     if not count_skipped_updates and max_consecutive_overflows is None:
         max_consecutive_overflows = names.MAX_CONSECUTIVE_OVERFLOWS_DEFAULT
     inserted = user_transforms.build(gradient_transforms)
+    groups = _checked_groups(optimizer_groups, optimizer, optimizer_params)
     if not callable(loss):
         raise ValueError(f"`loss` must be a callable `loss(batch) -> scalar`. Received: loss={loss!r}")
 
@@ -228,12 +238,43 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         opt = make_optimizer(optimizer, optimizer_params, learning_rate_decay_fn)
         if needs_master_weights(dtype):
             opt = MixedPrecisionOptimizerWrapper(opt)
+        if groups:
+            opt = _grouped(groups, optimizer, optimizer_params, learning_rate_decay_fn, opt, dtype)
     pipeline = build_pipeline(
         scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params,
         inserted=inserted, on_nonfinite=on_nonfinite, max_consecutive_overflows=max_consecutive_overflows,
-        iter_size_mode=iter_size_mode,
+        iter_size_mode=iter_size_mode, rate_multipliers=opt.multipliers if groups else None,
     )
     return TrainOp(
         loss, opt, pipeline, distributed, var_list, count_skipped_updates=count_skipped_updates,
         freeze_variables_regex=freeze_variables_regex, summaries=summaries, jit_compile=jit_compile,
     )
+
+
+def _checked_groups(optimizer_groups, optimizer, optimizer_params):
+    """The groups checked by the config layer's rules (`grouping`); the first problem raised."""
+    groups, errors = grouping.check_groups(optimizer_groups)
+    if groups and not isinstance(optimizer, str):
+        raise ParamError.at(grouping.KEY, "conflict", "needs `optimizer` by name (a group without its own "
+                            f"optimizer copies it with its parameters). Received: optimizer={optimizer!r}")
+    errors = errors or grouping.param_errors(groups, optimizer, optimizer_params)
+    if errors:
+        raise errors[0]
+    return groups
+
+
+def _grouped(groups, optimizer, optimizer_params, learning_rate_decay_fn, default, dtype):
+    """`OptimizerGroups`: a group's optimizer made as the top-level one is, at the run's rate times its multiplier."""
+    schedule = _as_schedule(learning_rate_decay_fn)
+    rate = schedule
+    if rate is None:
+        given = (optimizer_params or {}).get("learning_rate")
+        inner = getattr(default, "optimizer", default)  # the wrapped one under float16
+        rate = float(given) if given is not None else float(keras.ops.convert_to_numpy(inner.learning_rate))
+    made = []
+    for group in groups:
+        name, params = grouping.settings(group, optimizer, optimizer_params)
+        params["learning_rate"] = group_rate(rate, group["lr_multiplier"])
+        made_one = registry.get(name, **params)
+        made.append(MixedPrecisionOptimizerWrapper(made_one) if needs_master_weights(dtype) else made_one)
+    return OptimizerGroups(groups, made, default, rate)

@@ -27,6 +27,7 @@ import tensorflow as tf
 from opt_train.errors import ParamError
 from opt_train.optimizers.finite import l2_norm
 from opt_train.optimizers.freezing import split_frozen, variable_path
+from opt_train.optimizers.optimizer_groups import OptimizerGroups
 from opt_train.optimizers.transform import report, state_variables, states_with
 
 
@@ -129,7 +130,10 @@ class TrainOp(tf.Module):
             # Inside the strategy's scope (tf.distribute): the optimizer's slots become mirrored
             # variables and the accumulators replica-local ones. Building the slots here, eagerly,
             # also avoids keras#23085 (a first update traced under a strategy fails to build them).
-            self.optimizer.build(variables)
+            if isinstance(self.optimizer, OptimizerGroups):
+                self.optimizer.build(variables, frozen=frozen)  # a group of frozen variables alone is refused
+            else:
+                self.optimizer.build(variables)
             self._state = {"local": self._pipeline.local.init(variables),
                            "accumulate": self._pipeline.shared.init(variables)}
         self._pipeline_variables = _PipelineVariables(state_variables(self._state))
@@ -258,6 +262,9 @@ class TrainOp(tf.Module):
     def _summary_entries(self, grads, larc, learning_rate):
         entries = {}
         wanted = set(self._summaries)
+        # Each variable's rate over the reported one: its optimizer group's lr_multiplier, as LARC holds it.
+        rate_scale = next((state.rate_scale for state in states_with(self._state, "rate_scale") if state.rate_scale),
+                          (1.0,) * len(grads))
         for i, (g, v) in enumerate(zip(grads, self.variables_to_train)):
             name = variable_path(v).replace(":", "_")
             if g is not None and "gradients" in wanted:
@@ -272,7 +279,7 @@ class TrainOp(tf.Module):
                 ratio = larc["larc_ratio"][i]
                 entries[f"larc/grad_update/{name}"] = ratio
                 entries[f"larc/clip_on/{name}"] = tf.cast(larc["larc_clip_on"][i], tf.int32)
-                entries[f"larc/final_lr/{name}"] = learning_rate * ratio
+                entries[f"larc/final_lr/{name}"] = learning_rate * rate_scale[i] * ratio
         return entries
 
     def _compiled_step(self, summarize, statistics):

@@ -83,7 +83,18 @@ def build_run(config, backend, *, with_train_op=True):
 
             run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
+        run.notes += tuple(group_notes(config, run.train_op.optimizer))
     return run
+
+
+def group_notes(config, optimizer):
+    """One line per optimizer group: the variables it took, its optimizer and rate (none without groups)."""
+    describe = getattr(optimizer, "describe", None)
+    if not config.optimizer_groups or describe is None:
+        return []
+    return [f"{label}: {count} variable{'s' if count != 1 else ''}, {name}"
+            + (f", lr x {multiplier:g}" if multiplier != 1.0 else "")
+            for label, count, name, multiplier in describe()]
 
 
 def batch_norm_note(config, backend, model):

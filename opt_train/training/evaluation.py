@@ -62,9 +62,14 @@ def restore_run(config, path=None, raw_weights=False, report=None):
 
 
 def _average_pairs(optimizer):
-    """`[(variable, its moving average)]` of an optimizer that keeps them (Keras's own pairing); else []."""
+    """`[(variable, its moving average)]` of an optimizer that keeps them (Keras's own pairing); else [].
+
+    Under optimizer groups (`OptimizerGroups.optimizers`), every group's optimizer's pairs.
+    """
     if not uses_ema(optimizer) or not getattr(optimizer, "built", False):
         return []
+    if isinstance(getattr(optimizer, "optimizers", None), list):
+        return [pair for inner in optimizer.optimizers for pair in _average_pairs(inner)]
     return [(variable, average) for variable, average in
             zip(optimizer._trainable_variables, optimizer._model_variables_moving_average) if average is not None]
 

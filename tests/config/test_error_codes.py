@@ -175,7 +175,7 @@ RULE_MODULES = [
     "params.py", "suggest.py", "errors.py",
     "optimizers/names.py", "optimizers/table.py", "optimizers/specs.py", "optimizers/registry.py",
     "optimizers/classes.py", "optimizers/construct.py", "optimizers/serialization.py",
-    "optimizers/freezing.py",
+    "optimizers/freezing.py", "optimizers/grouping.py",
     "lr_policies/params.py", "lr_policies/registry.py", "lr_policies/factory.py",
     "data/params.py", "data/registry.py", "models/registry.py",
     "config/rules.py", "config/validate.py", "config/registries.py", "config/schema.py",

@@ -61,6 +61,12 @@ CORPUS = [
     ("poly_begin_after_end", {"lr_policy": "poly", "lr_policy_params": {"begin_decay_at": 5}}, "lr_policy_params.decay_steps", "out_of_range", "lr_policy"),
     ("staircase_word", {"lr_policy": "exp", "lr_policy_params": {"decay_steps": 2, "decay_rate": 0.5, "use_staircase_decay": "on"}}, "lr_policy_params.use_staircase_decay", "wrong_type", "lr_policy"),
     # the gradient pipeline's keys
+    ("group_regex_bad", {"optimizer_groups": [{"variables": "("}]}, "optimizer_groups[0].variables", "wrong_type", "pipeline"),
+    ("group_lr_multiplier_zero", {"optimizer_groups": [{"variables": "x", "lr_multiplier": 0}]}, "optimizer_groups[0].lr_multiplier", "out_of_range", "pipeline"),
+    ("group_optimizer_unknown", {"optimizer_groups": [{"variables": "x", "optimizer": "Adamm"}]}, "optimizer_groups[0].optimizer", "unknown_name", "pipeline"),
+    ("group_key_unknown", {"optimizer_groups": [{"variables": "x", "lr_mult": 2}]}, "optimizer_groups[0].lr_mult", "unknown_key", "pipeline"),
+    ("group_param_out_of_range", {"optimizer_groups": [{"variables": "x", "optimizer": "KerasAdam", "optimizer_params": {"beta_1": 1.5}}]}, "optimizer_groups[0].optimizer_params.beta_1", "out_of_range", "pipeline"),
+    ("group_own_rate", {"optimizer_groups": [{"variables": "x", "optimizer_params": {"learning_rate": 0.1}}]}, "optimizer_groups[0].optimizer_params.learning_rate", "conflict", "pipeline"),
     ("iter_size_zero", {"iter_size": 0}, "iter_size", "out_of_range", "pipeline"),
     ("iter_size_fraction", {"iter_size": 1.5}, "iter_size", "wrong_type", "pipeline"),
     ("max_grad_norm_negative", {"max_grad_norm": -1.0}, "max_grad_norm", "out_of_range", "pipeline"),

@@ -57,6 +57,11 @@ _OVERFLOW = {
     "loss_scaling_params": {"scale_max": 2.0**10, "step_window": 1000},
 }
 
+_GROUPS = {
+    "max_grad_norm": 1.0,
+    "optimizer_groups": [{"variables": "^dense_0/", "optimizer": "KerasAdam", "lr_multiplier": 0.1}],
+}
+
 # name -> (the run on 2 ranks / replicas / workers, the single-process run it must equal)
 RUNS = {
     # 2 ranks x 16 == 1 process x 32
@@ -86,6 +91,12 @@ RUNS = {
          "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 1}},
         {**_OVERFLOW, "batch_size_per_gpu": 2 * BATCH, "dtype": "mixed",
          "model_params": {"hidden_units": 16, "overflow_at_call": 5, "overflow_rank": 0}},
+    ),
+    # Optimizer groups: the hidden layer by Adam at a tenth of the rate, the rest by Momentum; one global
+    # norm over both groups' gradients.
+    "groups": (
+        {**_GROUPS, "batch_size_per_gpu": BATCH},
+        {**_GROUPS, "batch_size_per_gpu": 2 * BATCH},
     ),
     # Sparse (embedding) gradients: 2 x 16 sequences vs 32.
     "sparse": ({**_SPARSE, "batch_size_per_gpu": BATCH}, {**_SPARSE, "batch_size_per_gpu": 2 * BATCH}),

@@ -4,7 +4,7 @@
 MultiWorkerMirroredStrategy workers x 16 (started by hand, a TF_CONFIG each) against
 1 process x 32: the same final weights and optimizer state, the same reported losses,
 the same skipped updates (plain float32 and mixed precision), also with iter_size and
-with sparse (embedding) gradients. Compared through the checkpoints the chief wrote.
+with sparse (embedding) gradients, and with optimizer groups. Compared through the checkpoints the chief wrote.
 """
 
 from __future__ import annotations

@@ -76,3 +76,11 @@ def test_bad_policy_config_exits_2_naming_the_key(cli, write_config, override, k
     result = cli("lr", "--config", write_config(BASE), "--set", override)
     assert result.exit_code == 2
     assert key in result.output and "Traceback" not in result.output
+
+
+def test_says_which_optimizer_groups_train_at_a_multiple_of_the_rate(cli, write_config):
+    groups = [{"variables": "bias$"}, {"variables": "^logits/", "lr_multiplier": 10}]
+    result = cli("lr", "--config", write_config({**BASE, "optimizer_groups": groups}), "--every", "50")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (
+        "the run's rate; these groups train at it times their lr_multiplier: optimizer_groups[1] x 10")

@@ -62,3 +62,15 @@ def test_errors_in_keras_wording():
         larc(larc_eta=-0.1)
     with pytest.raises(ValueError, match="unknown larc_mode 'clipp'; did you mean 'clip'"):
         larc(larc_eta=0.1, larc_mode="clipp")
+
+
+def test_clip_mode_divides_by_each_variable_s_group_rate():
+    """Under optimizer groups a variable's `lr` is the run's times its group's multiplier."""
+    out, state = _run(larc_eta=0.01, larc_mode="clip", rate_multipliers=lambda variables: [0.1, 1.0])
+    first, ratios_first = numpy_larc(VALUES[:1], GRADS[:1], 0.01, "clip", 0.5 * 0.1)
+    second, ratios_second = numpy_larc(VALUES[1:], GRADS[1:], 0.01, "clip", 0.5)
+    for got, want in zip(out, first + second):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(state.ratio.numpy(), np.concatenate([ratios_first, ratios_second]), rtol=1e-5)
+    unscaled, _ = _run(larc_eta=0.01, larc_mode="clip")
+    assert ratios_first[0] < 1 and not np.allclose(out[0], unscaled[0])  # the first one's ratio follows its rate

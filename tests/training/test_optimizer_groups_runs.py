@@ -1,0 +1,111 @@
+"""optimizer_groups through `opt-train train`: the first lines say what each group took, a group taking no
+variable is refused at its line before the first update, and a run killed with SIGKILL and re-run ends
+bit for bit where an uninterrupted run ends (every group's slots in the checkpoint)."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.support import one_error_line
+
+# Dropout (RNG state), two optimizers' slots and a decaying rate times a multiplier all have to come back.
+RUN = {
+    "model": "mlp",
+    "model_params": {"hidden_units": [16], "dropout": 0.2},
+    "data": "digits",
+    "batch_size_per_gpu": 16,
+    "optimizer": "Momentum",
+    "optimizer_params": {"learning_rate": 0.05, "momentum": 0.9},
+    "lr_policy": "exp",
+    "lr_policy_params": {"decay_steps": 10, "decay_rate": 0.5},
+    "optimizer_groups": [
+        {"variables": "bias$", "optimizer": "Adam", "optimizer_params": {"beta_1": 0.8}},
+        {"variables": "^logits/", "lr_multiplier": 0.1},
+    ],
+    "print_loss_steps": 1000,
+    "random_seed": 3,
+}
+
+pytestmark = pytest.mark.usefixtures("no_export")
+
+
+def test_train_says_how_many_variables_each_group_took(write_config):
+    """The lines `train` prints first (the run's notes), from the built run alone (nothing traced)."""
+    from opt_train.config import load_config
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+
+    run = build_run(load_config([str(write_config({**RUN, "max_steps": 2}))]), get_backend())
+    assert run.notes[-3:] == (
+        "optimizer_groups[0] ('bias$'): 2 variables, Adam",
+        "optimizer_groups[1] ('^logits/'): 1 variable, Momentum, lr x 0.1",
+        "the other variables: 1 variable, Momentum",
+    )
+
+
+@pytest.mark.parametrize("groups, frozen, index, fragment", [
+    ([{"variables": "^encoder/"}], None, 0, "matches no trainable variable (their paths: dense_0/kernel"),
+    ([{"variables": "bias$"}, {"variables": "^logits/bias"}], None, 1, "go to optimizer_groups[0]"),
+    ([{"variables": "^dense_0/"}], "^dense_0/", 0, "matches only variables freeze_variables_regex freezes"),
+])
+def test_a_group_taking_no_variable_is_refused_at_its_line_before_the_first_update(
+        cli, write_config, tmp_path, groups, frozen, index, fragment):
+    config = write_config({**RUN, "max_steps": 2, "optimizer_groups": groups, "freeze_variables_regex": frozen})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result)
+    where = next(n for n, text in enumerate(config.read_text().splitlines(), 1) if "- variables:" in text) + index
+    assert line.startswith(f"Error: {config}:{where}: optimizer_groups[{index}].variables: "), line
+    assert fragment in line and line.endswith("[out_of_range]"), line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def _saved_state(logdir):
+    path = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
+    reader = tf.train.load_checkpoint(path)
+    bookkeeping = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/")
+    names = sorted(n for n in reader.get_variable_to_shape_map() if not n.startswith(bookkeeping))
+    return {name: reader.get_tensor(name) for name in names}
+
+
+@pytest.mark.slow  # three runs, one killed: ~20 s on 2 cores
+def test_a_run_killed_and_rerun_equals_an_uninterrupted_run(cli, write_config, tmp_path):
+    legs = write_config({**RUN, "max_steps": 100000, "save_checkpoint_steps": 1, "logdir": str(tmp_path / "legs")},
+                        "legs.yaml")
+    index = tmp_path / "legs" / "checkpoints" / "checkpoint"
+    job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(legs)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not index.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # into a stream of saves, one per update
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    step = int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(index.parent))).get_tensor(
+        "global_step/.ATTRIBUTES/VARIABLE_VALUE"))
+    target = step + 12  # past a decay boundary of the rate
+
+    resumed = cli("train", "--config", legs, "--set", f"max_steps={target}")
+    assert resumed.exit_code == 0, resumed.output[-2000:]
+    assert "resumed from" in resumed.output
+    whole = write_config({**RUN, "max_steps": target, "save_checkpoint_steps": 1, "logdir": str(tmp_path / "whole")},
+                         "whole.yaml")
+    assert cli("train", "--config", whole).exit_code == 0
+
+    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    assert expected.keys() == actual.keys()
+    # Every group's own slots are in the checkpoint, by shape: Adam's two moments of each bias (16,) and (10,),
+    # the head's momentum (16, 10), the other kernel's (64, 16).
+    shapes = {i: sorted(expected[name].shape for name in expected
+                        if name.startswith(f"optimizer/optimizers/{i}/_variables/") and expected[name].ndim)
+              for i in range(3)}
+    assert shapes == {0: [(10,), (10,), (16,), (16,)], 1: [(16, 10)], 2: [(64, 16)]}, shapes
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
