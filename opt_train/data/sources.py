@@ -15,7 +15,7 @@ import zipfile
 import numpy as np
 
 from opt_train.data.arrays import Source, split
-from opt_train.data.registry import DATASET_MODULES
+from opt_train.data.registry import DATASET_MODULES, label_column_index
 from opt_train.data.task import Task
 from opt_train.errors import ParamError
 
@@ -158,7 +158,7 @@ def _read_csv(path, label_column, header, delimiter, param):
     width = len(rows[0])
     if any(len(row) != width for row in rows):
         raise _file_error(param, path, "wrong_type", f"every row must have {width} fields")
-    column = _column_index(label_column, names, width, path)
+    column = label_column_index(label_column, None if names is None else [n.strip() for n in names], width, path)
     labels = np.array([row[column].strip() for row in rows])
     try:
         features = np.array([[float(v) for i, v in enumerate(row) if i != column] for row in rows])
@@ -169,17 +169,6 @@ def _read_csv(path, label_column, header, delimiter, param):
     ]
     _check_finite(features, param, path, columns=feature_names)
     return features, labels
-
-
-def _column_index(label_column, names, width, path):
-    if isinstance(label_column, str):
-        if names is None or label_column not in [n.strip() for n in names]:
-            listed = "" if names is None else " " + str([n.strip() for n in names])
-            raise ParamError("label_column", "unknown_name", f"must name a column of {path}{listed}", label_column)
-        return [n.strip() for n in names].index(label_column)
-    if not -width <= label_column < width:
-        raise ParamError("label_column", "out_of_range", f"must be in [{-width}, {width})", label_column)
-    return label_column % width
 
 
 def _class_labels(train_y, eval_y, num_classes):

@@ -133,3 +133,19 @@ def test_csv_unknown_label_column_lists_the_columns(tmp_path):
     (tmp_path / "t.csv").write_text("a,b\n1,2\n3,4\n")
     with pytest.raises(ValueError, match=r"`label_column` must name a column .*\['a', 'b'\]"):
         _load("csv", path=str(tmp_path / "t.csv"), label_column="c")
+
+
+@pytest.mark.parametrize("command", ["validate", "train"])
+def test_a_csv_label_column_not_in_the_header_is_refused_with_did_you_mean(tmp_path, cli, command):
+    """validate reads the header as train does: the same line, key, code and closest column (exit 2)."""
+    (tmp_path / "wine.csv").write_text("alcohol,acidity,quality\n1,2,a\n3,4,b\n5,6,a\n7,8,b\n9,1,a\n")
+    config = tmp_path / "run.yaml"
+    config.write_text("max_steps: 1\ndata: csv\ndata_params:\n  path: wine.csv\n  label_column: qualty\n"
+                      f"logdir: {tmp_path / 'run'}\n")
+    result = cli(command, "--config", config)
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"Error: {config}:5: data_params.label_column: must name a column of ")
+    assert "['alcohol', 'acidity', 'quality']; did you mean 'quality'?" in last and last.endswith("[unknown_name]")
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
