@@ -8,6 +8,7 @@ returns a `Source`. Everything here is NumPy (and scikit-learn for `digits`): th
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import os
 import zipfile
@@ -15,7 +16,7 @@ import zipfile
 import numpy as np
 
 from opt_train.data.arrays import Source, split
-from opt_train.data.registry import DATASET_MODULES, label_column_index
+from opt_train.data.registry import DATASET_MODULES, csv_header, label_column_index
 from opt_train.data.task import Task
 from opt_train.errors import ParamError
 
@@ -256,7 +257,11 @@ def csv_source(path, label_column, header, delimiter, task, num_classes, eval_pa
         return _read_csv(file, label_column, header, delimiter, param)
 
     train, held_out = _train_and_eval(read, path, eval_path, eval_fraction, seed)
-    return _user_source(train, held_out, task, num_classes)
+    source = _user_source(train, held_out, task, num_classes)
+    if not header:
+        return source
+    columns = tuple(csv_header(_existing(path, "path"), delimiter))
+    return source._replace(task=dataclasses.replace(source.task, columns=columns))
 
 
 LOADERS = {

@@ -61,6 +61,9 @@ class Task:
     # the default loss and the crossentropy metrics then read probabilities.
     from_logits: bool = True
     normalization: Any = field(default=None, compare=False)
+    # The training CSV's header (every column, the label's too), or None: `predict` and
+    # whoever serves the export (`data.json`) map a CSV's columns by these names.
+    columns: Optional[Tuple[str, ...]] = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
