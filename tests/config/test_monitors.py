@@ -4,7 +4,6 @@ import pytest
 
 from opt_train.config import ConfigError, load_config
 from opt_train.data import objective_names
-from opt_train.data.task import eval_metric_names
 
 HEAD = "max_steps: 10\neval_steps: 2\n"
 
@@ -83,6 +82,7 @@ def test_directions_are_kerass_own():
 ])
 def test_validates_names_are_what_a_real_evaluation_reports(tmp_path, text):
     from opt_train.data import registry
+    from opt_train.data.task import eval_metric_names
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
     from opt_train.training.evaluation import Evaluator
