@@ -95,3 +95,12 @@ def test_validates_names_are_what_a_real_evaluation_reports(tmp_path, text):
     reported = Evaluator(run.model, run.data)()
     kind = registry.task_kind(config.data, config.data_params)
     assert list(reported) == list(eval_metric_names(kind, config.metrics))
+
+
+def test_a_sweep_ranks_an_eval_metric_the_way_early_stopping_does():
+    """One direction rule: a sweep's default `mode` for `eval/<name>` is early stopping's for `name`."""
+    from opt_train.sweep.spec import default_mode
+
+    for name in sorted(objective_names.HIGHER_IS_BETTER | objective_names.LOWER_IS_BETTER):
+        assert default_mode(f"eval/{name}") == objective_names.monitor_direction(name), name
+    assert default_mode("eval/bleu") == "max" and default_mode("eval/wer") == "min"
