@@ -253,15 +253,35 @@ def npz_source(path, x_key, y_key, task, num_classes, eval_path, eval_fraction, 
 
 def csv_source(path, label_column, header, delimiter, task, num_classes, eval_path, eval_fraction, seed):
     """A numeric table with one label column; eval from `eval_path` or a seeded split."""
+    columns = tuple(csv_header(_existing(path, "path"), delimiter)) if header else None
+
     def read(file, param):
-        return _read_csv(file, label_column, header, delimiter, param)
+        features, labels = _read_csv(file, label_column, header, delimiter, param)
+        if param == "eval_path" and columns is not None:
+            features = _in_train_order(features, columns, csv_header(_existing(file, param), delimiter),
+                                       label_column, file)
+        return features, labels
 
     train, held_out = _train_and_eval(read, path, eval_path, eval_fraction, seed)
     source = _user_source(train, held_out, task, num_classes)
-    if not header:
+    if columns is None:
         return source
-    columns = tuple(csv_header(_existing(path, "path"), delimiter))
     return source._replace(task=dataclasses.replace(source.task, columns=columns))
+
+
+def _in_train_order(features, train_header, header, label_column, path):
+    """`eval_path`'s feature columns in the order of `path`'s header, found by name (any order)."""
+    def feature_names(names):
+        label = label_column_index(label_column, list(names), len(names), path)
+        return [name for index, name in enumerate(names) if index != label]
+
+    wanted, have = feature_names(train_header), feature_names(header)
+    if sorted(wanted) != sorted(have):
+        missing, extra = [n for n in wanted if n not in have], [n for n in have if n not in wanted]
+        raise _file_error("eval_path", path, "conflict",
+                          f"must hold the feature columns of `path` ({', '.join(wanted)}); "
+                          f"missing: {', '.join(missing) or 'none'}; not in `path`: {', '.join(extra) or 'none'}")
+    return features[:, [have.index(name) for name in wanted]]
 
 
 LOADERS = {
