@@ -253,20 +253,21 @@ def npz_source(path, x_key, y_key, task, num_classes, eval_path, eval_fraction, 
 
 def csv_source(path, label_column, header, delimiter, task, num_classes, eval_path, eval_fraction, seed):
     """A numeric table with one label column; eval from `eval_path` or a seeded split."""
-    columns = tuple(csv_header(_existing(path, "path"), delimiter)) if header else None
+    headers = {}  # each file's, read once `_read_csv` has found it readable
 
     def read(file, param):
         features, labels = _read_csv(file, label_column, header, delimiter, param)
-        if param == "eval_path" and columns is not None:
-            features = _in_train_order(features, columns, csv_header(_existing(file, param), delimiter),
-                                       label_column, file)
+        if header:
+            headers[param] = tuple(csv_header(_existing(file, param), delimiter))
+        if param == "eval_path" and header:
+            features = _in_train_order(features, headers["path"], headers[param], label_column, file)
         return features, labels
 
     train, held_out = _train_and_eval(read, path, eval_path, eval_fraction, seed)
     source = _user_source(train, held_out, task, num_classes)
-    if columns is None:
+    if not header:
         return source
-    return source._replace(task=dataclasses.replace(source.task, columns=columns))
+    return source._replace(task=dataclasses.replace(source.task, columns=headers["path"]))
 
 
 def _in_train_order(features, train_header, header, label_column, path):
