@@ -53,11 +53,18 @@ def lr(configs, overrides, steps, every, csv_path, plot_path):
               if group["lr_multiplier"] != 1.0]
     if scaled:
         click.echo(f"the run's rate; these groups train at it times their lr_multiplier: {', '.join(scaled)}")
+    import os
+
     try:
         if csv_path:
-            preview.write_csv(csv_path, preview.sample(values, every))
+            rows = preview.sample(values, every)
+            preview.write_csv(csv_path, rows)
+            click.echo(f"wrote {os.path.abspath(csv_path)}: {len(rows)} rows of step,learning_rate "
+                       f"(every {every} updates)", err=True)
         if plot_path:
             preview.write_plot(plot_path, values, title)
+            click.echo(f"wrote {os.path.abspath(plot_path)}: the learning rate over {len(values)} updates (PNG)",
+                       err=True)
     except OSError as error:
         option = "--csv" if csv_path and error.filename == csv_path else "--plot"
         issue = ConfigIssue(None, None, option, "wrong_type", f"cannot be written: {error.strerror}", error.filename)

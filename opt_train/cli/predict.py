@@ -1,7 +1,5 @@
 """`opt-train predict`: run a checkpoint's model over the raw examples of a .npz or .csv file (OpenSeq2Seq's infer mode)."""
 
-import json
-
 import click
 
 from opt_train.cli.common import (
@@ -33,4 +31,4 @@ def predict(configs, overrides, input_path, output_path, checkpoint, raw_weights
                                   report=lambda line: click.echo(line, err=True))
         except (CheckpointNotFound, PredictInputError) as error:
             raise ConfigUsageError(str(error)) from None
-    click.echo(json.dumps(written, indent=2, sort_keys=True))
+    click.echo(f"wrote {written['output']}: {written['holds']} (checkpoint {written['checkpoint']})")

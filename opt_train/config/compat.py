@@ -5,6 +5,7 @@ from __future__ import annotations
 from opt_train import params as p
 from opt_train.config.issues import ConfigIssue
 from opt_train.config.issues import locate
+from opt_train.data import objective_names
 from opt_train.errors import ParamError
 
 # Module prefixes a Python config writes before a class or function name; in YAML they
@@ -500,7 +501,9 @@ def distribution_notes(data, config):
 
 # `lr_control`: the eval-driven learning-rate controls (opt_train/training/controls.py), with
 # their parameters' defaults. newbob / newbob_abs are RETURNN's (NewbobRelative / NewbobAbs,
-# default values from its learning_rate_control.py); plateau is Keras' ReduceLROnPlateau.
+# default values from its learning_rate_control.py): they decay when the monitored error
+# rises, so they take only a lower-is-better monitor. plateau is Keras' ReduceLROnPlateau,
+# whose `mode` is `monitor_mode` here (`mode` names the control).
 LR_CONTROLS = {
     "newbob": {
         "monitor": "loss", "decay": 0.5, "growth": 1.0, "relative_error_threshold": -0.01,
@@ -508,15 +511,19 @@ LR_CONTROLS = {
     },
     "newbob_abs": {"monitor": "loss", "decay": 0.5, "growth": 1.0, "error_threshold": -0.01,
                    "min_learning_rate": 0.0},
-    "plateau": {"monitor": "loss", "factor": 0.1, "patience": 10, "min_delta": 1e-4, "cooldown": 0,
-                "min_lr": 0.0},
+    "plateau": {"monitor": "loss", "monitor_mode": "auto", "factor": 0.1, "patience": 10, "min_delta": 1e-4,
+                "cooldown": 0, "min_lr": 0.0},
 }
+# The parameter that says which way the monitor improves (Keras's `mode`), by block.
+DIRECTION_PARAMS = ("mode", "monitor_mode")
 
 
 def _control_param(name, default):
     """The rule of one `lr_control` / `early_stopping` parameter, from its name and default."""
     if isinstance(default, bool):
         rule = p.boolean
+    elif name in DIRECTION_PARAMS:
+        rule = p.one_of(*objective_names.MONITOR_MODES, kind=name, lower=True)
     elif isinstance(default, str):
         rule = p.string
     elif isinstance(default, int):
@@ -543,13 +550,18 @@ def lr_control(name, value):
     if params.get("mode") is None:
         raise ParamError("mode", "missing", f"is required: one of {', '.join(LR_CONTROLS)}")
     mode = _LR_CONTROL_MODE("mode", params.pop("mode"))
-    return {"mode": mode, **p.check_params(LR_CONTROL_SPECS[mode], params, f"lr_control {mode}")}
+    checked = p.check_params(LR_CONTROL_SPECS[mode], params, f"lr_control {mode}")
+    if mode.startswith("newbob") and checked["monitor"] in objective_names.HIGHER_IS_BETTER:
+        raise ParamError("monitor", "conflict", f"{mode} (RETURNN's) decays the rate when the monitored error "
+                         "rises, so it needs a lower-is-better figure such as loss; plateau takes "
+                         "higher-is-better ones", checked["monitor"])
+    return {"mode": mode, **checked}
 
 
-EARLY_STOPPING = {"monitor": "loss", "patience": 0, "min_delta": 0.0}
+EARLY_STOPPING = {"monitor": "loss", "mode": "auto", "patience": 0, "min_delta": 0.0}
 EARLY_STOPPING_SPEC = {name: _control_param(name, default) for name, default in EARLY_STOPPING.items()}
 
 
 def early_stopping(name, value):
-    """Keras' EarlyStopping parameters (mode min), defaults filled in."""
+    """Keras' EarlyStopping parameters (`mode` auto, min or max), defaults filled in."""
     return p.check_params(EARLY_STOPPING_SPEC, p.mapping(name, value), "early_stopping")

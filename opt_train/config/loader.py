@@ -56,8 +56,9 @@ def derived(config, world_size=1):
     """Figures `opt-train validate` prints beside the config.
 
     `world_size`: processes (workers, ranks). The global batch is workers x replicas per
-    worker x `batch_size_per_gpu` x `iter_size`. `steps_per_epoch` (batches per epoch on
-    each worker, as `train` counts them) is None where only reading the data tells
+    worker x `batch_size_per_gpu` x `iter_size`. `steps_per_epoch` (optimizer updates per
+    epoch, as `train` counts them: `micro_batches_per_epoch` on each worker, also printed
+    when `iter_size` > 1, every `iter_size` of them one update) is None where only reading the data tells
     (files, your own pipeline); where a batch is larger than a replica's share of the
     train examples, a `ConfigError` at `batch_size_per_gpu`'s line, as `train` raises.
     """
@@ -76,10 +77,13 @@ def derived(config, world_size=1):
                 examples // world_size, config.batch_size_per_gpu * replicas, replicas=replicas)
         except ParamError as error:
             raise ConfigError([config.issue_for("data_params", error)]) from None
-    return {
+    figures = {
         "distributed": config.distributed,
         "world_size": world_size,
         "replicas_per_worker": replicas,
         "global_batch": config.batch_size_per_gpu * world_size * replicas * config.iter_size,
-        "steps_per_epoch": steps,
+        "steps_per_epoch": None if steps is None else counts.updates_per_epoch(steps, config.iter_size),
     }
+    if config.iter_size > 1:
+        figures["micro_batches_per_epoch"] = steps
+    return figures

@@ -215,16 +215,16 @@ class TrainConfig:
     initializer_params: dict = key({}, p.mapping, _MAPPING, "the initializer's arguments")
     lr_control: dict | None = key(
         None, p.optional(compat.lr_control), "mapping or null",
-        "eval-driven learning rate: `mode` newbob, newbob_abs (RETURNN) or plateau (Keras' ReduceLROnPlateau); "
-        "needs `eval_steps` ([lr_control](openseq2seq-returnn.md#lr_control-eval-driven-learning-rate))")
+        "eval-driven learning rate: `mode` newbob, newbob_abs (RETURNN; on an error such as loss) or plateau "
+        "(Keras' ReduceLROnPlateau; `monitor_mode` auto, min or max is its `mode`); needs `eval_steps` ([lr_control](openseq2seq-returnn.md#lr_control-eval-driven-learning-rate))")
     early_stopping: dict | None = key(
         None, p.optional(compat.early_stopping), "mapping or null",
-        "Keras' EarlyStopping: `monitor` (loss), `patience` (0), `min_delta` (0); stops after an evaluation; "
-        "needs `eval_steps`")
+        "Keras' EarlyStopping: `monitor` (loss), `mode` (auto: max for accuracy-like metrics, as Keras; min, max), "
+        "`patience` (0), `min_delta` (0); stops after an evaluation; needs `eval_steps`")
     restore_best_checkpoint: bool = key(
         False, p.boolean, "bool",
-        "keep the best-eval-loss model in `logdir/best/`; `opt-train eval` reads it (OpenSeq2Seq's key); "
-        "needs `eval_steps`")
+        "keep the best model in `logdir/best/` (early stopping's monitor and mode when set, else the eval loss); "
+        "`opt-train eval` reads it (OpenSeq2Seq's key); needs `eval_steps`")
     # dotted key -> (file, line) of the value that won; not part of the config itself.
     locations: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     # What opt-train does with foreign keys it accepted (compat.py); printed, not a config key.

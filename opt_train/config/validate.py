@@ -115,6 +115,38 @@ def model_fits_data(values):
     registry("model").check_task(values["model"], kind)
 
 
+def monitors(values):
+    """`early_stopping.monitor` and `lr_control.monitor` name a figure the evaluation reports, with a direction.
+
+    The names are the run's own (`opt_train.data.task.eval_metric_names`: the task's, `loss`,
+    the config's `metrics`); the direction is Keras's rule (`objective_names.monitor_direction`).
+    """
+    from opt_train.data import objective_names
+    from opt_train.data.task import eval_metric_names
+    from opt_train.suggest import UnknownNameError
+
+    kind = registry("data").task_kind(values["data"], values["data_params"])
+    known = eval_metric_names(kind, values["metrics"])
+    errors = []
+    for block, direction in (("early_stopping", "mode"), ("lr_control", "monitor_mode")):
+        params = values[block]
+        if not params:
+            continue
+        monitor = params["monitor"]
+        if monitor not in known:
+            error = UnknownNameError("eval metric", monitor, known)
+            error.key = f"{block}.monitor"
+            error.message += f" (this run's evaluation reports {', '.join(known)})"
+            errors.append(error)
+        elif direction in params:
+            try:
+                objective_names.monitor_direction(monitor, params[direction])
+            except ValueError as error:
+                errors.append(ParamError.at(f"{block}.{direction}", "conflict", str(error), params[direction]))
+    if errors:
+        raise RuleErrors(errors)
+
+
 def distribution(values):
     """`distributed` resolved with `use_horovod` and `num_gpus` (opt_train.distributed.names.resolve)."""
     distributed, use_horovod, num_gpus = distributed_names.resolve(
@@ -180,6 +212,7 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
+    (("data", "data_params", "metrics", "early_stopping", "lr_control"), "early_stopping", monitors),
 )
 
 

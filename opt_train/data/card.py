@@ -17,11 +17,16 @@ FILE = "data.json"
 
 
 def to_json(task):
-    """`{"labels": [...] | null, "normalization": {...} | null}` of a Task."""
+    """`{"labels": [...] | null, "normalization": {...} | null, "columns": [...] | null}` of a Task.
+
+    `columns`: the training CSV's header, label column included (the model's `inputs` are
+    the other columns, in this order), or null when the data had no column names.
+    """
     statistics = task.normalization
     return {
         "labels": None if task.labels is None else list(task.labels),
         "normalization": None if statistics is None else statistics.to_json(),
+        "columns": None if task.columns is None else list(task.columns),
     }
 
 

@@ -1,7 +1,8 @@
-"""Example counts without TensorFlow: the eval split's size, a built-in dataset's train examples, batches per epoch.
+"""Example counts without TensorFlow: the eval split's size, a built-in dataset's train examples, batches and
+updates per epoch.
 
 `validate` counts with these what `train` counts when it builds the data, so both
-give the same `steps_per_epoch` and refuse the same batch size.
+give the same `steps_per_epoch` (updates) and refuse the same batch size.
 """
 
 from __future__ import annotations
@@ -45,3 +46,12 @@ def steps_per_epoch(per_rank, batch_size, what="examples", replicas=1):
         raise ParamError("batch_size", "out_of_range", f"must be at most {limit}", batch_size // replicas,
                          key="batch_size_per_gpu")
     return steps
+
+
+def updates_per_epoch(batches, iter_size):
+    """Optimizer updates in an epoch of `batches` micro-batches: `iter_size` of them make one update (at least one).
+
+    What `steps_per_epoch` means wherever a run reports or schedules by it (OpenSeq2Seq's
+    steps are updates): `train`'s epochs, the lr policies' `steps_per_epoch`, `validate`.
+    """
+    return max(1, batches // iter_size)

@@ -67,3 +67,40 @@ def resolve_metric(name):
     if isinstance(name, str) and _key(name) in _METRICS:
         return _METRICS[_key(name)]
     raise UnknownNameError("metric", name, METRIC_NAMES + tuple(METRIC_ALIASES))
+
+
+# Which way each figure an evaluation reports gets better, as Keras 3's callbacks decide it in
+# `mode="auto"` (keras/src/callbacks/monitor_callback.py `_set_monitor_op`): `loss` is minimised,
+# any other metric goes the way its own `_direction` says ("up": maximised), and a metric without
+# one (the confusion counts) is refused. Keyed by the registry names `resolve_metric` gives;
+# `tests/data/test_objectives.py` holds both sets to each metric's `_direction`. `perplexity`,
+# exp(loss), is opt-train's own figure and goes the loss's way.
+HIGHER_IS_BETTER = frozenset({
+    "accuracy", "auc", "binary_accuracy", "binary_io_u", "categorical_accuracy", "concordance_correlation",
+    "cosine_similarity", "f1_score", "f_beta_score", "pearson_correlation", "precision", "r2_score", "recall",
+    "sparse_categorical_accuracy", "sparse_top_k_categorical_accuracy", "top_k_categorical_accuracy",
+})
+LOWER_IS_BETTER = frozenset({
+    "loss", "perplexity", "bce", "binary_crossentropy", "categorical_crossentropy", "categorical_hinge", "hinge",
+    "kl_divergence", "log_cosh_error", "mae", "mape", "mean_absolute_error", "mean_absolute_percentage_error",
+    "mean_squared_error", "mean_squared_logarithmic_error", "mse", "msle", "poisson", "root_mean_squared_error",
+    "sparse_categorical_crossentropy", "squared_hinge",
+})
+# `early_stopping.mode` / `lr_control.monitor_mode`: Keras's `mode` of EarlyStopping and ReduceLROnPlateau.
+MONITOR_MODES = ("auto", "min", "max")
+
+
+def monitor_direction(monitor, mode="auto"):
+    """"min" or "max": which way `monitor` improves under `mode` (Keras's rule for "auto").
+
+    Raises:
+        ValueError: `mode` is "auto" and the metric has no direction (Keras refuses it too).
+    """
+    if mode in ("min", "max"):
+        return mode
+    if monitor in LOWER_IS_BETTER:
+        return "min"
+    if monitor in HIGHER_IS_BETTER:
+        return "max"
+    raise ValueError(f"cannot tell whether {monitor!r} is better higher or lower (nor can Keras's mode auto); "
+                     "give min or max")

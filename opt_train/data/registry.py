@@ -9,7 +9,7 @@ from __future__ import annotations
 from opt_train.data import params as p
 from opt_train.data import synthetic_images
 from opt_train.data.counts import DIGITS_EXAMPLES
-from opt_train.suggest import Registry, UnknownNameError
+from opt_train.suggest import Registry, UnknownNameError, closest
 from opt_train.usercode import split_spec
 
 TASK_KINDS = ("classification", "regression")
@@ -192,7 +192,62 @@ def param_errors(name, params):
         errors += _memory_errors(name, params)
     if not errors and name == "tfrecord":
         errors = _tfrecord_errors(params)
-    return errors or _file_errors(name, params)
+    errors = errors or _file_errors(name, params)
+    if not errors and name == "csv":
+        errors = _csv_header_errors(params)
+    return errors
+
+
+def csv_header(path, delimiter):
+    """The first row of the .csv at `path`, its fields stripped ([] for an empty file)."""
+    import csv
+
+    with open(path, newline="") as handle:
+        for row in csv.reader(handle, delimiter=delimiter):
+            if row:
+                return [field.strip() for field in row]
+    return []
+
+
+def label_column_index(label_column, names, width, path):
+    """Where `label_column` (a header name, or an index into `width` columns) is; the one rule of validate and train.
+
+    `names`: the file's header (stripped), or None when it has none. A name not in it is
+    refused with the closest one and the columns there are.
+    """
+    if isinstance(label_column, str):
+        if names is None or label_column not in names:
+            listed = " (it has no header row: give an index)" if names is None else f" {names}"
+            suggestion = None if names is None else closest(label_column, names)
+            hint = f"; did you mean '{suggestion}'?" if suggestion else ""
+            raise p.ParamError("label_column", "unknown_name", f"must name a column of {path}{listed}{hint}",
+                               label_column)
+        return names.index(label_column)
+    if not -width <= label_column < width:
+        raise p.ParamError("label_column", "out_of_range", f"must be in [{-width}, {width})", label_column)
+    return label_column % width
+
+
+def _csv_header_errors(params):
+    """`label_column` against the header of `path` and `eval_path`, as reading them at train would judge it."""
+    import os
+
+    filled = {key: param.default for key, param in DATASET_SPECS["csv"].items()} | dict(params)
+    for key in ("path", "eval_path"):
+        if filled.get(key) is None:
+            continue
+        path = filled[key]
+        try:
+            first = csv_header(os.path.abspath(os.path.expanduser(path)), filled["delimiter"])
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # reading the file at train says what is wrong with it
+        if not first:
+            continue
+        try:
+            label_column_index(filled["label_column"], first if filled["header"] else None, len(first), path)
+        except p.ParamError as error:
+            return [error]
+    return []
 
 
 # Generated datasets live in memory: the numbers one example takes while it is made

@@ -8,6 +8,7 @@ returns a `Source`. Everything here is NumPy (and scikit-learn for `digits`): th
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import os
 import zipfile
@@ -15,7 +16,7 @@ import zipfile
 import numpy as np
 
 from opt_train.data.arrays import Source, split
-from opt_train.data.registry import DATASET_MODULES
+from opt_train.data.registry import DATASET_MODULES, csv_header, label_column_index
 from opt_train.data.task import Task
 from opt_train.errors import ParamError
 
@@ -158,7 +159,7 @@ def _read_csv(path, label_column, header, delimiter, param):
     width = len(rows[0])
     if any(len(row) != width for row in rows):
         raise _file_error(param, path, "wrong_type", f"every row must have {width} fields")
-    column = _column_index(label_column, names, width, path)
+    column = label_column_index(label_column, None if names is None else [n.strip() for n in names], width, path)
     labels = np.array([row[column].strip() for row in rows])
     try:
         features = np.array([[float(v) for i, v in enumerate(row) if i != column] for row in rows])
@@ -169,17 +170,6 @@ def _read_csv(path, label_column, header, delimiter, param):
     ]
     _check_finite(features, param, path, columns=feature_names)
     return features, labels
-
-
-def _column_index(label_column, names, width, path):
-    if isinstance(label_column, str):
-        if names is None or label_column not in [n.strip() for n in names]:
-            listed = "" if names is None else " " + str([n.strip() for n in names])
-            raise ParamError("label_column", "unknown_name", f"must name a column of {path}{listed}", label_column)
-        return [n.strip() for n in names].index(label_column)
-    if not -width <= label_column < width:
-        raise ParamError("label_column", "out_of_range", f"must be in [{-width}, {width})", label_column)
-    return label_column % width
 
 
 def _class_labels(train_y, eval_y, num_classes):
@@ -263,11 +253,36 @@ def npz_source(path, x_key, y_key, task, num_classes, eval_path, eval_fraction, 
 
 def csv_source(path, label_column, header, delimiter, task, num_classes, eval_path, eval_fraction, seed):
     """A numeric table with one label column; eval from `eval_path` or a seeded split."""
+    headers = {}  # each file's, read once `_read_csv` has found it readable
+
     def read(file, param):
-        return _read_csv(file, label_column, header, delimiter, param)
+        features, labels = _read_csv(file, label_column, header, delimiter, param)
+        if header:
+            headers[param] = tuple(csv_header(_existing(file, param), delimiter))
+        if param == "eval_path" and header:
+            features = _in_train_order(features, headers["path"], headers[param], label_column, file)
+        return features, labels
 
     train, held_out = _train_and_eval(read, path, eval_path, eval_fraction, seed)
-    return _user_source(train, held_out, task, num_classes)
+    source = _user_source(train, held_out, task, num_classes)
+    if not header:
+        return source
+    return source._replace(task=dataclasses.replace(source.task, columns=headers["path"]))
+
+
+def _in_train_order(features, train_header, header, label_column, path):
+    """`eval_path`'s feature columns in the order of `path`'s header, found by name (any order)."""
+    def feature_names(names):
+        label = label_column_index(label_column, list(names), len(names), path)
+        return [name for index, name in enumerate(names) if index != label]
+
+    wanted, have = feature_names(train_header), feature_names(header)
+    if sorted(wanted) != sorted(have):
+        missing, extra = [n for n in wanted if n not in have], [n for n in have if n not in wanted]
+        raise _file_error("eval_path", path, "conflict",
+                          f"must hold the feature columns of `path` ({', '.join(wanted)}); "
+                          f"missing: {', '.join(missing) or 'none'}; not in `path`: {', '.join(extra) or 'none'}")
+    return features[:, [have.index(name) for name in wanted]]
 
 
 LOADERS = {

@@ -14,6 +14,19 @@ from typing import Any, Optional, Tuple
 
 TASK_KINDS = ("classification", "regression", "sequence")
 
+# What every evaluation reports by task kind, beside `loss` and the config's `metrics`
+# (`make_metrics` builds them, `finalize` adds the derived ones): the names `early_stopping`
+# and `lr_control` may monitor, known to `validate` through `eval_metric_names`.
+TASK_METRICS = {"classification": ("accuracy",), "sequence": ("accuracy",), "regression": ("mse", "mae")}
+DERIVED_METRICS = {"sequence": ("perplexity",)}
+
+
+def eval_metric_names(kind, metric_names=()):
+    """The names of the figures an evaluation of a `kind` task reports with `metrics: metric_names` (registry names)."""
+    names = ["loss", *TASK_METRICS[kind]]
+    names += [name for name in metric_names if name not in names]
+    return tuple(names + [name for name in DERIVED_METRICS.get(kind, ()) if name not in names])
+
 
 @dataclass(frozen=True)
 class Task:
@@ -48,6 +61,9 @@ class Task:
     # the default loss and the crossentropy metrics then read probabilities.
     from_logits: bool = True
     normalization: Any = field(default=None, compare=False)
+    # The training CSV's header (every column, the label's too), or None: `predict` and
+    # whoever serves the export (`data.json`) map a CSV's columns by these names.
+    columns: Optional[Tuple[str, ...]] = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
@@ -87,6 +103,10 @@ class Task:
             per_example = tf.reduce_mean(per_example, axis=1)
         return tf.reduce_mean(per_example * tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
 
+    def eval_names(self):
+        """The names `make_metrics` and `finalize` report, in that order."""
+        return eval_metric_names(self.kind, self.metric_names)
+
     def make_metrics(self):
         """Fresh metrics by name.
 
@@ -97,15 +117,13 @@ class Task:
         """
         import keras
 
-        loss = keras.metrics.Mean(name="loss")
-        if self.kind == "regression":
-            metrics = {
-                "loss": loss,
-                "mse": keras.metrics.MeanSquaredError(name="mse"),
-                "mae": keras.metrics.MeanAbsoluteError(name="mae"),
-            }
-        else:
-            metrics = {"loss": loss, "accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+        builders = {
+            "accuracy": keras.metrics.SparseCategoricalAccuracy,
+            "mse": keras.metrics.MeanSquaredError,
+            "mae": keras.metrics.MeanAbsoluteError,
+        }
+        metrics = {"loss": keras.metrics.Mean(name="loss")}
+        metrics.update({name: builders[name](name=name) for name in TASK_METRICS[self.kind]})
         if self.metric_names:
             from opt_train.data.objectives import make_metric
 
@@ -116,6 +134,6 @@ class Task:
     def finalize(self, results):
         """`results` as plain floats, plus derived figures: `perplexity` = exp(loss) for sequences."""
         final = {name: float(value) for name, value in results.items()}
-        if self.kind == "sequence" and "loss" in final:
+        if "perplexity" in DERIVED_METRICS.get(self.kind, ()) and "loss" in final:
             final["perplexity"] = math.exp(min(final["loss"], 700.0))  # exp overflows past ~709
         return final

@@ -248,9 +248,16 @@ def _choose(option_value, option_name, good, key, issues, rule):
 
 
 def default_mode(metric):
-    """`min` for losses, errors and perplexities, `max` for anything else (accuracy, BLEU, ...)."""
+    """The way an eval figure improves, as early stopping reads it (Keras's rule:
+    `objective_names.monitor_direction`); for other names (BLEU, WER, ...) `min` for
+    losses, errors and perplexities, `max` for anything else."""
+    from opt_train.data.objective_names import monitor_direction
+
     name = metric.rsplit("/", 1)[-1].lower()
-    return "min" if any(word in name for word in _SMALLER_IS_BETTER) else "max"
+    try:
+        return monitor_direction(name)
+    except ValueError:
+        return "min" if any(word in name for word in _SMALLER_IS_BETTER) else "max"
 
 
 def _check_random_count(random, trials, options, issues):

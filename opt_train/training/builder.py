@@ -158,7 +158,9 @@ def _memory_problem(config, task):
 
 def run_length(config, data):
     """(max_steps, updates per epoch), both counted in optimizer updates, never micro-batches."""
-    updates_per_epoch = max(1, data.steps_per_epoch // config.iter_size)
+    from opt_train.data.counts import updates_per_epoch as updates
+
+    updates_per_epoch = updates(data.steps_per_epoch, config.iter_size)
     max_steps = config.max_steps or math.ceil(config.num_epochs * updates_per_epoch)
     return max_steps, updates_per_epoch
 

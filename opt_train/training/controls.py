@@ -8,6 +8,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from opt_train.data.objective_names import monitor_direction
+
+
+def improved(score, best, min_delta, direction):
+    """Keras's `MonitorCallback._is_improvement`: better than `best` by more than `min_delta`, in `direction`."""
+    if direction == "max":
+        return score - abs(min_delta) > best
+    return score + abs(min_delta) < best
+
+
+def worst(direction):
+    """The `best` score before the first evaluation (Keras's None): every score improves on it."""
+    return -np.inf if direction == "max" else np.inf
+
 
 class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """`inner(step) * scale`: the lr policy as configured, times the factor the control sets."""
@@ -37,11 +51,13 @@ class LearningRateControl:
     def __init__(self, params, schedule, backend):
         self.params = dict(params)
         self.mode = self.params.pop("mode")
+        # newbob reads an error (lower is better, RETURNN's); plateau goes Keras's `mode` way.
+        self.direction = monitor_direction(self.params["monitor"], self.params.get("monitor_mode", "min"))
         self.schedule = schedule
         self.backend = backend
         self.state = {
             "last": tf.Variable(np.nan, dtype=tf.float64, trainable=False),
-            "best": tf.Variable(np.inf, dtype=tf.float64, trainable=False),
+            "best": tf.Variable(worst(self.direction), dtype=tf.float64, trainable=False),
             "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
             "cooldown": tf.Variable(0, dtype=tf.int64, trainable=False),
             "evaluations": tf.Variable(0, dtype=tf.int64, trainable=False),
@@ -115,12 +131,12 @@ class LearningRateControl:
         self._scaled(decay, base_rate, self.params["min_learning_rate"], grow=not decay)
 
     def _plateau(self, score, base_rate):
-        """Keras' ReduceLROnPlateau (mode min), step by step as its on_epoch_end."""
+        """Keras' ReduceLROnPlateau (its `mode` is `monitor_mode`), step by step as its on_epoch_end."""
         params, state = self.params, self.state
         if state["cooldown"].numpy() > 0:
             state["cooldown"].assign_sub(1)
             state["wait"].assign(0)
-        if score < float(state["best"].numpy()) - params["min_delta"]:
+        if improved(score, float(state["best"].numpy()), params["min_delta"], self.direction):
             state["best"].assign(score)
             state["wait"].assign(0)
         elif state["cooldown"].numpy() <= 0:
@@ -137,12 +153,16 @@ class LearningRateControl:
 
 
 class EarlyStopping:
-    """Keras' EarlyStopping (mode min): stop when `monitor` has not improved by `min_delta` for `patience` evaluations."""
+    """Keras' EarlyStopping: stop when `monitor` has not improved by `min_delta` for `patience` evaluations.
+
+    `mode` (auto, min, max) says which way it improves, as Keras's; auto by Keras's rule.
+    """
 
     def __init__(self, params):
         self.params = params
+        self.direction = monitor_direction(params["monitor"], params.get("mode", "auto"))
         self.state = {
-            "best": tf.Variable(np.inf, dtype=tf.float64, trainable=False),
+            "best": tf.Variable(worst(self.direction), dtype=tf.float64, trainable=False),
             "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
             "evaluations": tf.Variable(0, dtype=tf.int64, trainable=False),
             "stopped": tf.Variable(False, trainable=False),
@@ -154,7 +174,7 @@ class EarlyStopping:
         epoch = int(state["evaluations"].numpy())
         state["evaluations"].assign_add(1)
         state["wait"].assign_add(1)
-        if score + self.params["min_delta"] < float(state["best"].numpy()):
+        if improved(score, float(state["best"].numpy()), self.params["min_delta"], self.direction):
             state["best"].assign(score)
             state["wait"].assign(0)
             return False
@@ -167,9 +187,10 @@ class Controls:
     """The run's controls that act after each evaluation, all restored exactly on resume.
 
     `lr_control` (a factor on the lr policy), `early_stopping`, and
-    `restore_best_checkpoint` (the model with the best eval loss kept in
-    `logdir/best/`, which `opt-train eval` then reads). Under Horovod rank 0
-    evaluates and decides; the other ranks receive the state.
+    `restore_best_checkpoint` (the model with the best eval score kept in
+    `logdir/best/`, which `opt-train eval` then reads: early stopping's monitor and
+    direction when it is set, else the eval loss). Under Horovod rank 0 evaluates and
+    decides; the other ranks receive the state.
     """
 
     def __init__(self, run):
@@ -180,7 +201,8 @@ class Controls:
             self.lr = LearningRateControl(config.lr_control, run.schedule, run.backend)
         self.early = EarlyStopping(config.early_stopping) if getattr(config, "early_stopping", None) else None
         self.best_dir = os.path.join(config.logdir, "best") if getattr(config, "restore_best_checkpoint", False) else None
-        self.best = tf.Variable(np.inf, dtype=tf.float64, trainable=False)
+        self.best_monitor, self.best_direction = best_monitor(config)
+        self.best = tf.Variable(worst(self.best_direction), dtype=tf.float64, trainable=False)
         self.manager = None
 
     def checkpoint_items(self):
@@ -190,7 +212,7 @@ class Controls:
         if self.early:
             items["early_stopping"] = dict(self.early.state)
         if self.best_dir:
-            items["best_eval_loss"] = self.best
+            items["best_eval_loss"] = self.best  # the name older checkpoints hold it under; any monitor now
         return items
 
     def attach(self, checkpoint, writer):
@@ -207,10 +229,12 @@ class Controls:
         if self.lr:
             self.lr.after_evaluation(results, updates, say)
         if self.best_dir and results and self.manager:
-            if results["loss"] < float(self.best.numpy()):
-                self.best.assign(results["loss"])
+            score = float(results[self.best_monitor])
+            if improved(score, float(self.best.numpy()), 0.0, self.best_direction):
+                self.best.assign(score)
                 self.manager.save(checkpoint_number=step)
-                say(f"best eval loss so far at step {step}: kept in {self.best_dir}")
+                say(f"best eval {self.best_monitor} so far ({best_reason(self.best_direction, self.early)}) "
+                    f"at step {step}: kept in {self.best_dir}")
         stop = False
         if self.early:
             if results:
@@ -225,6 +249,20 @@ class Controls:
                 say(f"early stopping at step {step}: eval {self.early.params['monitor']} has not improved "
                     f"for {self.early.params['patience']} evaluations")
         return stop
+
+
+def best_monitor(config):
+    """`(monitor, "min" | "max")` that `restore_best_checkpoint` keeps the best of: early stopping's, else eval loss."""
+    early = getattr(config, "early_stopping", None)
+    if early:
+        return early["monitor"], monitor_direction(early["monitor"], early.get("mode", "auto"))
+    return "loss", "min"
+
+
+def best_reason(direction, early):
+    """Why that figure, in the best-checkpoint line."""
+    which = "highest" if direction == "max" else "lowest"
+    return f"{which}; early_stopping's monitor" if early else f"{which}; no early_stopping monitor"
 
 
 def best_checkpoint(logdir):

@@ -171,7 +171,7 @@ def evaluate(config, checkpoint=None, report=None, raw_weights=False):
     if checkpoint is None and config.restore_best_checkpoint:
         from opt_train.training.controls import best_checkpoint
 
-        # OpenSeq2Seq's restore_best_checkpoint: the best eval loss, not the latest.
+        # OpenSeq2Seq's restore_best_checkpoint: the best evaluation (early stopping's monitor, else loss).
         checkpoint = best_checkpoint(config.logdir)
         if checkpoint is None:
             raise RunRefused(f"no best checkpoint in {config.logdir}/best (restore_best_checkpoint)")

@@ -126,9 +126,9 @@ def test_np_with_replicas_gives_the_global_batch(tmp_path):
     assert result.exit_code == 0, result.output
     figures = yaml.safe_load(result.output.split("# derived")[1])
     # digits: 1,438 train examples, each worker's half in batches of its 4 replicas' 8 (tests/data/test_counts.py
-    # holds validate's count equal to train's).
+    # holds validate's count equal to train's); 22 micro-batches, iter_size 2 of them an update.
     assert figures == {"distributed": "tf", "world_size": 2, "replicas_per_worker": 4, "global_batch": 2 * 4 * 8 * 2,
-                       "steps_per_epoch": (1438 // 2) // (4 * 8)}
+                       "steps_per_epoch": 11, "micro_batches_per_epoch": (1438 // 2) // (4 * 8)}
 
 
 def test_np_without_a_backend_is_tf_workers(tmp_path):

@@ -72,3 +72,18 @@ def test_files_and_your_own_pipelines_are_counted_when_read():
 
     assert train_examples("csv", {"path": "t.csv", "eval_fraction": 0.2}) is None
     assert train_examples("tfrecord", {}) is None
+
+
+@pytest.mark.parametrize("iter_size", [1, 2, 3])
+def test_validate_counts_steps_per_epoch_in_updates_as_train(tmp_path, iter_size):
+    """22 micro-batches with iter_size 2 are 11 updates: train's epoch (`run_length`), validate's steps_per_epoch."""
+    from opt_train.training.builder import run_length
+
+    path = tmp_path / "run.yaml"
+    path.write_text(f"data: digits\nbatch_size_per_gpu: 32\niter_size: {iter_size}\nnum_epochs: 1\n")
+    config = load_config([str(path)])
+    built = build_data("digits", {}, batch_size=32, seed=0, rank=1, size=2)
+    figures = derived(config, world_size=2)
+    assert built.steps_per_epoch == 22
+    assert figures["steps_per_epoch"] == run_length(config, built)[1] == 22 // iter_size
+    assert figures.get("micro_batches_per_epoch") == (22 if iter_size > 1 else None)

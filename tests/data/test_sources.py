@@ -133,3 +133,43 @@ def test_csv_unknown_label_column_lists_the_columns(tmp_path):
     (tmp_path / "t.csv").write_text("a,b\n1,2\n3,4\n")
     with pytest.raises(ValueError, match=r"`label_column` must name a column .*\['a', 'b'\]"):
         _load("csv", path=str(tmp_path / "t.csv"), label_column="c")
+
+
+@pytest.mark.parametrize("command", ["validate", "train"])
+def test_a_csv_label_column_not_in_the_header_is_refused_with_did_you_mean(tmp_path, cli, command):
+    """validate reads the header as train does: the same line, key, code and closest column (exit 2)."""
+    (tmp_path / "wine.csv").write_text("alcohol,acidity,quality\n1,2,a\n3,4,b\n5,6,a\n7,8,b\n9,1,a\n")
+    config = tmp_path / "run.yaml"
+    config.write_text("max_steps: 1\ndata: csv\ndata_params:\n  path: wine.csv\n  label_column: qualty\n"
+                      f"logdir: {tmp_path / 'run'}\n")
+    result = cli(command, "--config", config)
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"Error: {config}:5: data_params.label_column: must name a column of ")
+    assert "['alcohol', 'acidity', 'quality']; did you mean 'quality'?" in last and last.endswith("[unknown_name]")
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_eval_csv_with_its_columns_in_another_order_is_read_by_name(tmp_path):
+    """eval_path's columns are matched to path's header by name, as predict matches them; a foreign one is refused."""
+    rows = [[1.0, 20.0, 0.5, "a"], [2.0, 30.0, 0.25, "b"], [3.0, 40.0, 0.75, "a"]]
+    header = ["income", "age", "ratio", "label"]
+
+    def write(name, order, names=header):
+        with open(tmp_path / name, "w") as handle:
+            handle.write(",".join(names[i] for i in order) + "\n")
+            handle.writelines(",".join(str(row[i]) for i in order) + "\n" for row in rows)
+        return str(tmp_path / name)
+
+    train = write("train.csv", [0, 1, 2, 3])
+    same = _load("csv", path=train, eval_path=write("same.csv", [0, 1, 2, 3]), label_column="label")
+    shuffled = _load("csv", path=train, eval_path=write("shuffled.csv", [3, 2, 0, 1]), label_column="label")
+    np.testing.assert_array_equal(shuffled.eval[0], same.eval[0])
+    np.testing.assert_array_equal(shuffled.eval[1], same.eval[1])
+    assert same.task.columns == tuple(header)
+    foreign = write("foreign.csv", [0, 1, 2, 3], ["income", "age", "zip", "label"])
+    with pytest.raises(ValueError) as caught:
+        _load("csv", path=train, eval_path=foreign, label_column="label")
+    assert (caught.value.param, caught.value.code) == ("eval_path", "conflict")
+    assert "missing: ratio; not in `path`: zip" in str(caught.value)

@@ -45,6 +45,9 @@ def test_writes_csv_and_plot(cli, write_config, tmp_path):
     assert (tmp_path / "lr.csv").read_text().startswith("step,learning_rate\n0,0.0\n")
     assert (tmp_path / "lr.png").read_bytes()[:4] == b"\x89PNG"
     assert "warmup: 20 updates" in result.output
+    rows = len((tmp_path / "lr.csv").read_text().splitlines()) - 1
+    assert f"wrote {tmp_path / 'lr.csv'}: {rows} rows of step,learning_rate" in result.output
+    assert f"wrote {tmp_path / 'lr.png'}: the learning rate over " in result.output
 
 
 def test_epoch_run_counts_piecewise_boundaries_in_the_runs_epochs(cli, write_config):

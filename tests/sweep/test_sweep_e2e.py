@@ -147,20 +147,20 @@ def test_grid_sweep_ranks_records_failure_prunes_and_resumes(tmp_path):
 
 
 def test_a_trial_refused_while_its_run_is_built_records_the_full_key(tmp_path):
-    # The config loads (the sweep checks every trial's first), but the CSV has no column
-    # `target`: only the trainer, reading the file, finds it.
-    (tmp_path / "t.csv").write_text("a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(20)))
+    # The config loads (the sweep checks every trial's first), but the CSV has a label 2
+    # that 2 classes cannot hold: only the trainer, reading the file, finds it.
+    (tmp_path / "t.csv").write_text("a,b,label\n" + "".join(f"{i},{i % 2},{i % 3}\n" for i in range(20)))
     config = tmp_path / "csv.yaml"
     config.write_text(f"model: mlp\ndata: csv\ndata_params:\n  path: t.csv\n  label_column: label\n"
                       f"batch_size_per_gpu: 4\nmax_steps: 2\nlogdir: {tmp_path / 'run'}\n")
     out = tmp_path / "sweep"
-    done = opt_sweep(["-c", config, "--out", out, "--grid", "data_params.label_column=target"])
+    done = opt_sweep(["-c", config, "--out", out, "--grid", "data_params.num_classes=2"])
     assert done.returncode == 1, done.stderr[-3000:]
     assert "every trial failed" in done.stderr  # its only trial
     (record,) = read_jsonl(out / "results.jsonl")
     assert record["status"] == "failed" and record["exit_code"] == 2
     failure = read_json(os.path.join(record["logdir"], "failure.json"))
     assert failure["exit_code"] == 2 and failure["error"] == "ConfigError"
-    assert (failure["key"], failure["code"]) == ("data_params.label_column", "unknown_name")
-    assert "data_params.label_column: must name a column" in failure["message"]
+    assert (failure["key"], failure["code"]) == ("data_params.num_classes", "out_of_range")
+    assert "data_params.num_classes: must exceed every label (the largest is 2)" in failure["message"]
     assert record["reason"] == failure["message"]

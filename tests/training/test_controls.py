@@ -173,3 +173,131 @@ def test_restore_best_checkpoint_keeps_the_best_eval_loss_for_eval(tmp_path):
     result = evaluate(config)
     assert result["checkpoint"].endswith(f"best/ckpt-{best_step}")
     assert result["eval/loss"] == pytest.approx(best_loss, rel=1e-6)
+
+
+# Scores for both directions: accuracy rising with plateaus and dips, loss falling likewise.
+ACCURACY = [0.50, 0.62, 0.70, 0.70, 0.705, 0.69, 0.71, 0.71, 0.71, 0.72, 0.70, 0.70, 0.70, 0.73, 0.69]
+LOSS = [1.2, 0.9, 0.7, 0.7, 0.695, 0.71, 0.68, 0.68, 0.68, 0.67, 0.70, 0.70, 0.70, 0.66, 0.71]
+
+
+def keras_model_with_accuracy():
+    """A compiled model whose compiled metrics are built: Keras's mode auto reads their `_direction`."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.evaluate(np.zeros((2, 2)), np.zeros((2,)), verbose=0)
+    return model
+
+
+DIRECTION_CASES = [
+    ("accuracy", ACCURACY, {}),
+    ("accuracy", ACCURACY, {"patience": 1}),
+    ("accuracy", ACCURACY, {"patience": 2, "min_delta": 0.01}),
+    ("accuracy", ACCURACY, {"patience": 3, "mode": "max"}),
+    ("accuracy", LOSS, {"patience": 2, "mode": "min"}),
+    ("loss", LOSS, {"patience": 1}),
+    ("loss", LOSS, {"patience": 2, "min_delta": 0.005}),
+    ("loss", ACCURACY, {"patience": 2, "mode": "max"}),
+]
+
+
+@pytest.mark.parametrize("monitor,scores,params", DIRECTION_CASES)
+def test_early_stopping_knows_the_direction_as_keras(monitor, scores, params):
+    from opt_train.config.compat import early_stopping
+    from opt_train.training.controls import EarlyStopping
+
+    model = keras_model_with_accuracy()
+    keras_params = dict(params)
+    keras_callback = keras.callbacks.EarlyStopping(monitor=f"val_{monitor}", **keras_params)
+    keras_callback.set_model(model)
+    keras_callback.on_train_begin()
+    mine = EarlyStopping(early_stopping("early_stopping", {"monitor": monitor, **params}))
+    keras_stops, mine_stops = [], []
+    for epoch, score in enumerate(scores):
+        model.stop_training = False
+        keras_callback.on_epoch_end(epoch, {f"val_{monitor}": score})
+        keras_stops.append(model.stop_training)
+        mine_stops.append(mine.after_evaluation(score) and int(mine.state["evaluations"].numpy()) - 1 == epoch
+                          and not any(mine_stops))
+        assert float(mine.state["best"].numpy()) == pytest.approx(float(keras_callback.best)), epoch
+    first = keras_stops.index(True) if True in keras_stops else None
+    assert (mine_stops.index(True) if True in mine_stops else None) == first
+
+
+@pytest.mark.parametrize("monitor,scores,params", [
+    ("accuracy", ACCURACY, {"patience": 1, "factor": 0.5}),
+    ("accuracy", ACCURACY, {"patience": 1, "factor": 0.5, "cooldown": 2, "min_lr": 0.02}),
+    ("accuracy", ACCURACY, {"patience": 2, "factor": 0.1, "min_delta": 0.01}),
+    ("accuracy", ACCURACY, {"patience": 1, "factor": 0.5, "monitor_mode": "max"}),
+    ("accuracy", LOSS, {"patience": 1, "factor": 0.5, "monitor_mode": "min"}),
+    ("loss", LOSS, {"patience": 1, "factor": 0.3, "cooldown": 1}),
+    ("loss", LOSS, {"patience": 2, "factor": 0.5, "min_delta": 0.005, "min_lr": 0.01}),
+])
+def test_plateau_knows_the_direction_as_keras(monitor, scores, params):
+    model = keras_model_with_accuracy()
+    keras_params = {("mode" if k == "monitor_mode" else k): v for k, v in params.items()}
+    keras_callback = keras.callbacks.ReduceLROnPlateau(monitor=f"val_{monitor}", **keras_params)
+    keras_callback.set_model(model)
+    keras_callback.on_train_begin()
+    mine = control({"mode": "plateau", "monitor": monitor, **params})
+    rates = []
+    for epoch, score in enumerate(scores):
+        keras_callback.on_epoch_end(epoch, {f"val_{monitor}": score})
+        rate = mine.after_evaluation({monitor: score}, step=0)
+        assert rate == pytest.approx(float(model.optimizer.learning_rate.numpy()), rel=1e-6), epoch
+        rates.append(rate)
+    assert min(rates) < rates[0]  # the sequence made both reduce
+
+
+def test_newbob_refuses_a_higher_is_better_monitor():
+    from opt_train.errors import ParamError
+
+    for mode in ("newbob", "newbob_abs"):
+        with pytest.raises(ParamError) as caught:
+            lr_control("lr_control", {"mode": mode, "monitor": "accuracy"})
+        assert (caught.value.param, caught.value.code) == ("monitor", "conflict")
+    assert lr_control("lr_control", {"mode": "newbob", "monitor": "mae"})["monitor"] == "mae"
+
+
+@pytest.mark.slow  # 3 s on 2 cores
+def test_early_stopping_on_rising_accuracy_stops_where_keras_would(tmp_path):
+    """Eval accuracy rising: Keras's EarlyStopping (mode auto: max) goes on; before mode, this run stopped early."""
+    from opt_train.training import train
+    from tests.support import read_jsonl
+
+    config = run_config(tmp_path, "early_stopping: {monitor: accuracy, patience: 1}\n",
+                        ["optimizer=Adam", "optimizer_params.learning_rate=0.003"])  # accuracy rises at each eval
+    result = train(config)
+    scores = [r["eval/accuracy"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval/accuracy" in r]
+    model = keras_model_with_accuracy()
+    keras_callback = keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=1)
+    keras_callback.set_model(model)
+    keras_callback.on_train_begin()
+    model.stop_training = False
+    keras_stop = None
+    for epoch, score in enumerate(scores):
+        keras_callback.on_epoch_end(epoch, {"val_accuracy": score})
+        if model.stop_training:
+            keras_stop = epoch
+            break
+    assert scores[-1] > scores[0]  # accuracy rose
+    expected = 10 if keras_stop is None else 2 * (keras_stop + 1)
+    assert result["global_step"] == expected
+    assert keras_stop is None  # rising accuracy: the run goes on to max_steps
+
+
+@pytest.mark.slow  # 3 s on 2 cores
+def test_restore_best_checkpoint_follows_the_early_stopping_monitor(tmp_path, capsys):
+    from opt_train.training import evaluate, train
+    from tests.support import read_jsonl
+
+    config = run_config(tmp_path, "restore_best_checkpoint: true\nearly_stopping: {monitor: accuracy, patience: 100}\n",
+                        ["optimizer_params.learning_rate=3.0"])
+    train(config)
+    evals = [(r["eval/accuracy"], -r["step"]) for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")
+             if "eval/accuracy" in r]
+    best, minus_step = max(evals)  # Keras keeps the first of equal scores: the earliest step
+    assert "best eval accuracy so far (highest; early_stopping's monitor)" in capsys.readouterr().out
+    result = evaluate(config)
+    assert result["checkpoint"].endswith(f"best/ckpt-{-minus_step}")
+    assert result["eval/accuracy"] == pytest.approx(best, rel=1e-6)
