@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from opt_train.cli.common import ConfigUsageError, config_options, import_tensorflow, load, user_errors
@@ -53,8 +55,6 @@ def lr(configs, overrides, steps, every, csv_path, plot_path):
               if group["lr_multiplier"] != 1.0]
     if scaled:
         click.echo(f"the run's rate; these groups train at it times their lr_multiplier: {', '.join(scaled)}")
-    import os
-
     try:
         if csv_path:
             rows = preview.sample(values, every)
