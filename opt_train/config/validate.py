@@ -106,6 +106,13 @@ def model_fits_data(values):
     registry("model").check_task(values["model"], kind)
 
 
+def warm_start_sources(values):
+    """One warm start: `load_model` is OpenSeq2Seq's spelling of `init_from: {path}`, not a second source."""
+    if values["init_from"] is not None and values["load_model"] is not None:
+        raise RuleError("cannot be used together with load_model (its simplest case); keep init_from", None,
+                        "conflict")
+
+
 def distribution(values):
     """`distributed` resolved with `use_horovod` and `num_gpus` (opt_train.distributed.names.resolve)."""
     distributed, use_horovod, num_gpus = distributed_names.resolve(
@@ -170,6 +177,7 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
+    (("init_from", "load_model"), "init_from", warm_start_sources),
 )
 
 

@@ -74,12 +74,14 @@ def warm_start(model, path):
     return checkpoint
 
 
-def warm_start_run(config, model, say):
+def warm_start_run(config, run, say):
     """`warm_start` for a fresh run of `config`; a path with no checkpoint is a ConfigError at `load_model`."""
     from opt_train.config import ConfigError
+    from opt_train.training.warm_start import refresh_masters
 
     try:
-        path = warm_start(model, config.load_model)
+        path = warm_start(run.model, config.load_model)
+        refresh_masters(run.train_op)  # dtype float16: the float32 masters start from the loaded weights too
     except ValueError:
         raise ConfigError([config.issue(
             "load_model", "holds no checkpoint to warm-start from", "file_not_found", config.load_model
