@@ -199,7 +199,7 @@ def _listed(names):
 
 
 def _shape(shape):
-    return "(" + ", ".join(str(size) for size in shape) + ")"
+    return str(tuple(shape))
 
 
 def warm_start(model, spec, say, *, verbose=False, refresh=None):
