@@ -169,10 +169,11 @@ def test_weights_of_another_architecture_name_the_key(tmp_path):
     from opt_train.distributed import get_backend
     from opt_train.training.builder import build_run
 
-    wider = {"include_top": False, "input_shape": (32, 32, 3), "pooling": "avg", "alpha": 0.5}
-    keras.applications.MobileNet(weights=None, **wider).save_weights(tmp_path / "wider.weights.h5")
+    inputs = keras.Input((32, 32, 3))
+    other = keras.Model(inputs, keras.layers.Conv2D(4, 3, name="conv1")(inputs))
+    other.save_weights(tmp_path / "other.weights.h5")
     with pytest.raises(ConfigError) as caught:
-        build_run(_small_mobilenet_config(tmp_path, weights="wider.weights.h5"), get_backend(), with_train_op=False)
+        build_run(_small_mobilenet_config(tmp_path, weights="other.weights.h5"), get_backend(), with_train_op=False)
     [issue] = caught.value.issues
     assert (issue.key, issue.code, issue.line) == ("model_params.weights", "conflict", 2), issue
 
