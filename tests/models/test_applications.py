@@ -131,6 +131,7 @@ def _images():
     return np.random.default_rng(3).normal(size=(2, 32, 32, 3)).astype("float32")
 
 
+@pytest.mark.slow  # 7-10 s on 2 cores: four MobileNets (the fast subset keeps the refusal below)
 def test_weights_from_a_file_give_keras_outputs_with_that_file_and_a_fresh_head(tmp_path):
     """`model_params.weights: file` (relative to the config) is Keras's `weights=file`; the new head starts fresh."""
     from opt_train.distributed import get_backend
