@@ -189,3 +189,17 @@ def test_verbose_names_what_was_not_found(tmp_path, source, monkeypatch):
     _, lines = _started(config)
     assert any(line.startswith("init_from: not found in ") and line.endswith(
         "dense_1/bias, dense_1/kernel, logits/bias, logits/kernel") for line in lines), lines
+
+
+@pytest.mark.parametrize("name", ["broken.keras", "broken.weights.h5", "ckpt-1"])
+def test_an_unreadable_source_is_one_error_at_the_path(tmp_path, name):
+    if name == "ckpt-1":
+        (tmp_path / "ckpt-1.index").write_bytes(b"not a checkpoint index")
+    else:
+        (tmp_path / name).write_bytes(b"not a Keras file")
+    config = _config(tmp_path, "broken", yaml.safe_dump({**SOURCE, "init_from": {"path": str(tmp_path / name)}}))
+    with pytest.raises(ConfigError) as caught:
+        _started(config)
+    [issue] = caught.value.issues
+    assert (issue.key, issue.code) == ("init_from.path", "out_of_range")
+    assert issue.message.startswith(f"cannot read {name}: "), issue.message
