@@ -204,7 +204,7 @@ class TrainConfig:
     load_model: str | None = key(
         None, p.optional(p.string), "path or null",
         "a fresh run starts from the model weights of this run's (or folder's) latest checkpoint "
-        "(OpenSeq2Seq's spelling of `init_from: {path}` for the same model)")
+        "(OpenSeq2Seq's spelling of `init_from: {path}`)")
     init_from: dict | None = key(
         None, p.optional(rules.init_from), "`{path, variables, skip_mismatch}` or null",
         "a fresh run starts from another model's weights: a checkpoint, `.keras` or `.weights.h5` file, "

@@ -137,8 +137,18 @@ READERS = {"checkpoint": checkpoint_variables, "keras": keras_file_variables, "w
 # -- this model's variables by the same names -------------------------------------
 
 
-def model_variables(model, kind):
-    """{name: [variables]} of `model` as a source of `kind` names them (`layer/position` for a `.weights.h5`)."""
+def _legacy(source):
+    """True for an opt-train checkpoint written before it held `variable_paths`: its model's
+    variables are known by their position only (`model_variables/N`)."""
+    return bool(source) and all(name.startswith("model_variables/") for name in source)
+
+
+def model_variables(model, kind, legacy=False):
+    """{name: [variables]} of `model` as a source of `kind` names them (`layer/position` for a
+    `.weights.h5`; `model_variables/N`, the checkpoint's list, for an opt-train checkpoint of
+    before `variable_paths`)."""
+    if legacy:
+        return {f"model_variables/{index}": [variable] for index, variable in enumerate(model.variables)}
     if kind != "weights":
         named = {}
         for variable in model.weights:
@@ -202,7 +212,7 @@ def _shape(shape):
     return str(tuple(shape))
 
 
-def warm_start(model, spec, say, *, verbose=False, refresh=None):
+def warm_start(model, spec, say, *, verbose=False, refresh=None, option="init_from.path"):
     """Loads `spec` (`init_from`'s `{path, variables, skip_mismatch}`) into `model`; returns (loaded, total).
 
     `say(line)` hears `initialized N of M variables from PATH`, the variables skipped for
@@ -211,9 +221,9 @@ def warm_start(model, spec, say, *, verbose=False, refresh=None):
     (float32 master copies of low-precision weights take the new values).
     Raises WarmStartError (a mismatch without `skip_mismatch`, nothing found) or RunRefused.
     """
-    kind, path = init_source(spec["path"])
+    kind, path = init_source(spec["path"], option=option)
     source = _read_source(kind, path)
-    targets = model_variables(model, kind)
+    targets = model_variables(model, kind, legacy=kind == "checkpoint" and _legacy(source))
     key = "init_from.variables" if spec.get("variables") else "init_from.path"
     loads, mismatched, unused = plan(source, targets, spec.get("variables"))
     if mismatched and not spec.get("skip_mismatch"):
@@ -263,19 +273,26 @@ def _read_source(kind, path):
                              f"cannot read {os.path.basename(path)}: {lines[0] if lines else type(error).__name__}") from None
 
 
-def warm_start_run(config, run, say):
-    """`warm_start` of a fresh run's model from `config.init_from`; a refusal is a ConfigError at its key."""
+def warm_start_run(config, run, say, *, spec=None, key="init_from"):
+    """`warm_start` of a fresh run's model from `spec` (default `config.init_from`); a refusal is a
+    ConfigError at its key (`load_model`, OpenSeq2Seq's spelling of `{path}`, passes `key="load_model"`)."""
     from opt_train import quiet
     from opt_train.config import ConfigError
     from opt_train.training.errors import RunRefused
 
+    spec = config.init_from if spec is None else spec
     try:
-        return warm_start(run.model, config.init_from, say, verbose=quiet.verbose(),
-                          refresh=lambda: refresh_masters(run.train_op))
+        return warm_start(run.model, spec, say, verbose=quiet.verbose(),
+                          refresh=lambda: refresh_masters(run.train_op), option=_path_key(key))
     except WarmStartError as error:
-        raise ConfigError([config.issue(error.key, error.message, error.code)]) from None
-    except RunRefused as error:  # the source went away since the config was validated
-        raise ConfigError([config.issue("init_from.path", str(error), "file_not_found", config.init_from["path"])]) from None
+        at = error.key if key == "init_from" else key
+        raise ConfigError([config.issue(at, error.message, error.code)]) from None
+    except RunRefused as error:  # no checkpoint there (load_model), or the source went away since validation
+        raise ConfigError([config.issue(_path_key(key), str(error), "file_not_found", spec["path"])]) from None
+
+
+def _path_key(key):
+    return "init_from.path" if key == "init_from" else key
 
 
 def refresh_masters(train_op):

@@ -179,6 +179,25 @@ def test_float16_masters_start_from_the_loaded_weights(tmp_path, source, source_
     np.testing.assert_array_equal(kernel, source_model.get_layer("dense_0").kernel.numpy().astype(np.float16).astype(np.float32))
 
 
+def test_a_checkpoint_written_before_variable_paths_loads_by_position(tmp_path, source_model):
+    """An opt-train checkpoint of before `variable_paths` holds the list `model_variables` alone: the same
+    model takes it position by position, as `load_model`'s object-graph restore did."""
+    tf.train.Checkpoint(model_variables=list(source_model.variables)).write(str(tmp_path / "old" / "ckpt-3"))
+    config = _config(tmp_path, "old_run", yaml.safe_dump({**SOURCE, "load_model": str(tmp_path / "old")}))
+    run, lines = _started(config)
+    np.testing.assert_array_equal(run.model(_digits(run)).numpy(), source_model(_digits(run)).numpy())
+    assert f"initialized 4 of 4 variables from {tmp_path / 'old' / 'ckpt-3'}" in lines, lines
+
+
+def test_load_model_under_float16_gives_the_masters_the_loaded_weights_too(tmp_path, source, source_model):
+    """OpenSeq2Seq's `load_model` left the float32 masters at their fresh values: the first update undid the load."""
+    config = _config(tmp_path, "half_load", yaml.safe_dump({**SOURCE, "dtype": "float16", "load_model": str(source[1])}))
+    run, _ = _started(config)
+    masters = {master.path.replace("_master", ""): master for master in run.train_op.optimizer.masters}
+    np.testing.assert_array_equal(masters["dense_0/kernel"].numpy(), source_model.get_layer("dense_0").kernel.numpy()
+                                  .astype(np.float16).astype(np.float32))
+
+
 def test_verbose_names_what_was_not_found(tmp_path, source, monkeypatch):
     from opt_train import quiet
 
