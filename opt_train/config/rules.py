@@ -235,8 +235,8 @@ def init_source(name, value):
     """A warm start's source that exists: a checkpoint (prefix, or folder: its newest), a .keras or a .weights.h5 file."""
     import os
 
-    from opt_train.training.checkpoint_paths import init_source as find
-    from opt_train.training.errors import RunRefused
+    from opt_train.checkpoint_paths import init_source as find
+    from opt_train.errors import RunRefused
 
     p.string(name, value)
     try:

@@ -22,7 +22,7 @@ import shutil
 
 import tensorflow as tf
 
-from opt_train.training.checkpoint_paths import (  # noqa: F401 - resolve_checkpoint, ACCEPTED: read from here too
+from opt_train.checkpoint_paths import (  # noqa: F401 - resolve_checkpoint, ACCEPTED: read from here too
     _DATA_FILE, ACCEPTED, _number, list_checkpoints, resolve_checkpoint,
 )
 from opt_train.training.errors import RunRefused, TrainingFailed

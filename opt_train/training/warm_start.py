@@ -1,7 +1,7 @@
 """`init_from`: a fresh run starts from another model's weights, variable by variable, through a path map.
 
 A source is a TF checkpoint, a `.keras` file or a `.weights.h5` file
-(`checkpoint_paths.init_source`). Each names its variables:
+(`opt_train.checkpoint_paths.init_source`). Each names its variables:
 
 - an opt-train run's checkpoint by the Keras paths of its model's variables, which the
   run saves beside them (the checkpoint item `variable_paths`, `model_variables` order);
@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from opt_train.training.checkpoint_paths import init_source
+from opt_train.checkpoint_paths import init_source
 
 # The checkpoint item holding the Keras path of each of `model_variables` (the same order).
 PATHS_ITEM = "variable_paths"
@@ -278,7 +278,7 @@ def warm_start_run(config, run, say, *, spec=None, key="init_from"):
     ConfigError at its key (`load_model`, OpenSeq2Seq's spelling of `{path}`, passes `key="load_model"`)."""
     from opt_train import quiet
     from opt_train.config import ConfigError
-    from opt_train.training.errors import RunRefused
+    from opt_train.errors import RunRefused
 
     spec = config.init_from if spec is None else spec
     try:

@@ -1,7 +1,8 @@
 """Where a checkpoint argument points (TF-free): a prefix, its `.index` / `.data-*` file, a folder or a logdir.
 
-The one reader of a checkpoint path, for `eval`, `export`, `predict` and `init_from`;
-`validate` calls it too, so a missing checkpoint is found without importing TensorFlow.
+The one reader of a checkpoint path, for `eval`, `export`, `predict` and `init_from`; the
+config layer calls it too (below both layers, beside `opt_train.errors`), so `validate` finds
+a missing checkpoint without importing TensorFlow or the training layer.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from opt_train.training.errors import RunRefused
+from opt_train.errors import RunRefused
 
 _NUMBERED = re.compile(r"-(\d+)$")
 _DATA_FILE = re.compile(r"^(?P<prefix>.+)\.data-\d{5}-of-\d{5}$")
