@@ -155,6 +155,7 @@ def model_variables(model, kind, legacy=False):
             named.setdefault(variable.path, []).append(variable)
         return named
     named = {}
+    # Keras's own walk over every layer, nested ones included (private: its saving walks the same way).
     for layer in model._flatten_layers(include_self=False, recursive=True):
         # Keras's own order in a weights file (Layer.save_own_variables).
         own = list(layer._trainable_variables) + list(layer._non_trainable_variables)

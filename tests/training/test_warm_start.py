@@ -222,3 +222,14 @@ def test_an_unreadable_source_is_one_error_at_the_path(tmp_path, name):
     [issue] = caught.value.issues
     assert (issue.key, issue.code) == ("init_from.path", "out_of_range")
     assert issue.message.startswith(f"cannot read {name}: "), issue.message
+
+
+def test_two_source_variables_mapped_to_one_are_refused(tmp_path, source):
+    config = _config(tmp_path, "twice", yaml.safe_dump({
+        **SOURCE, "init_from": {"path": str(source[1]), "variables": {"^(dense_0|logits)/bias$": "logits/bias"}}}))
+    with pytest.raises(ConfigError) as caught:
+        _started(config)
+    [issue] = caught.value.issues
+    assert (issue.key, issue.code) == ("init_from.variables", "conflict")
+    assert "`dense_0/bias` and `logits/bias`" in issue.message, issue
+    assert "variables:" in (tmp_path / "twice.yaml").read_text().splitlines()[issue.line - 1]
