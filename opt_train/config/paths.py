@@ -48,8 +48,10 @@ def path_keys(data):
     init = data.get("init_from")
     if isinstance(init, dict) and isinstance(init.get("path"), str):
         keys.append("init_from.path")
-    weights = data.get("model_params", {}).get("weights") if isinstance(data.get("model_params"), dict) else None
-    if isinstance(spec, dict) and "keras_application" in spec and isinstance(weights, str) and weights != "imagenet":
+    params = data.get("model_params")
+    weights = params.get("weights") if isinstance(params, dict) else None
+    if (isinstance(spec, dict) and "keras_application" in spec and isinstance(weights, str)
+            and weights != registry("model").IMAGENET):
         keys.append("model_params.weights")
     name = data.get("data")
     params = data.get("data_params")

@@ -5,7 +5,8 @@
 model spec in YAML is one of `MODEL_NAMES`, `{factory: "package.module:function"}`
 (the user's own Keras model; its params are passed through unchecked),
 `{keras_application: ResNet50}` (a `keras.applications` constructor; `model_params.weights`
-is what Keras takes: `imagenet`, a weights file, or none) or `{path: models/my_model.keras}` (a model saved with Keras).
+is what Keras takes: `imagenet`, a weights file, or none) or `{path: models/my_model.keras}`
+(a model saved with Keras).
 """
 
 from __future__ import annotations
