@@ -232,19 +232,42 @@ def variable_map(name, value):
 
 
 def init_source(name, value):
-    """A warm start's source that exists: a checkpoint (prefix, or folder: its newest), a .keras or a .weights.h5 file."""
-    import os
+    """A warm start's source: a checkpoint (prefix, or folder: its newest), a .keras or a .weights.h5 file.
 
+    That it exists is the cross rule `validate.warm_start_source`'s: a resumed run never reads it.
+    """
     from opt_train.checkpoint_paths import init_source as find
     from opt_train.errors import RunRefused
 
     p.string(name, value)
-    try:
-        find(value, option="")
-    except RunRefused as error:
-        code = "file_not_found" if not os.path.lexists(value) or os.path.isdir(value) else "out_of_range"
-        p.fail(name, code, str(error).split(": ", 1)[-1], value)
+    if value.endswith(".h5") and not value.endswith(".weights.h5"):
+        try:
+            find(value, option="")
+        except RunRefused as error:
+            p.fail(name, "out_of_range", str(error).split(": ", 1)[-1], value)
     return value
+
+
+def missing_init_source(path, logdir):
+    """Why `init_from.path` cannot start this run (a ParamError at `path`), or None.
+
+    A source that is not there matters only to a fresh start: a logdir that holds
+    checkpoints resumes from them (and eval, export, predict read them) without it.
+    """
+    import os
+
+    from opt_train.checkpoint_paths import init_source as find
+    from opt_train.checkpoint_paths import list_checkpoints
+    from opt_train.errors import ParamError, RunRefused
+
+    try:
+        find(path, option="")
+    except RunRefused as error:
+        if list_checkpoints(os.path.join(logdir, "checkpoints")):
+            return None
+        code = "file_not_found" if not os.path.lexists(path) or os.path.isdir(path) else "out_of_range"
+        return ParamError("path", code, str(error).split(": ", 1)[-1], path)
+    return None
 
 
 # `init_from`: a fresh run's weights from another model (opt_train/training/warm_start.py).

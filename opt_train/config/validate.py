@@ -113,6 +113,14 @@ def warm_start_sources(values):
                         "conflict")
 
 
+def warm_start_source(values):
+    """`init_from.path` names something to start from, unless the logdir's own checkpoints make it a resume."""
+    if values["init_from"] is not None:
+        problem = rules.missing_init_source(values["init_from"]["path"], values["logdir"])
+        if problem:
+            raise problem
+
+
 def distribution(values):
     """`distributed` resolved with `use_horovod` and `num_gpus` (opt_train.distributed.names.resolve)."""
     distributed, use_horovod, num_gpus = distributed_names.resolve(
@@ -178,6 +186,7 @@ CROSS_RULES = (
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
     (("init_from", "load_model"), "init_from", warm_start_sources),
+    (("init_from", "logdir"), "init_from", warm_start_source),
 )
 
 

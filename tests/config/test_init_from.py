@@ -56,6 +56,17 @@ def test_bad_init_from_is_located(tmp_path, checkpoint, text, key, code, words):
     assert issue.line in (2, 3) and words in issue.message, issue
 
 
+def test_a_source_gone_is_no_problem_for_a_logdir_that_resumes(tmp_path):
+    """A resumed run (and eval, export, predict) reads its own checkpoints, never init_from's source."""
+    logdir = tmp_path / "run"
+    (logdir / "checkpoints").mkdir(parents=True)
+    text = f"init_from: {{path: gone}}\nlogdir: {logdir}\n"
+    with pytest.raises(ConfigError):
+        _load(tmp_path, text)
+    (logdir / "checkpoints" / "ckpt-5.index").write_bytes(b"")
+    assert _load(tmp_path, text).init_from["path"] == str(tmp_path / "gone")
+
+
 def test_validate_gives_the_verdict_without_tensorflow(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(HEAD + "init_from:\n  path: nowhere\n")

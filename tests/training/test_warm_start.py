@@ -157,9 +157,15 @@ def test_nothing_found_is_refused_with_both_sides_names(tmp_path, keras_source):
 
 
 def test_a_resumed_run_never_applies_init_from_again(tmp_path, source, train_logdir):
-    """The second start restores the run's own checkpoint; init_from would have put the source's weights back."""
-    config_path, logdir = train_logdir(tmp_path, {**SOURCE, "max_steps": 2, "init_from": {"path": str(source[1])}})
+    """The second start restores the run's own checkpoint; init_from would have put the source's weights back.
+    It does not even need the source any more."""
+    import shutil
+
+    copy = tmp_path / "source_copy"
+    shutil.copytree(source[1] / "checkpoints", copy)
+    config_path, logdir = train_logdir(tmp_path, {**SOURCE, "max_steps": 2, "init_from": {"path": str(copy)}})
     own = tf.train.load_checkpoint(str(logdir / "checkpoints"))
+    shutil.rmtree(copy)
     run, lines = _started(load_config([str(config_path)], ["max_steps=4"]))
     assert int(run.train_op.global_step.numpy()) == 2
     for index, variable in enumerate(run.model.weights):
