@@ -1,5 +1,5 @@
-"""The errors every layer shares (TF-free): `ParamError` (a check's parameter, code and value), `TrainingFailed`,
-and the exit codes a run ends with."""
+"""The errors every layer shares (TF-free): `ParamError` (a check's parameter, code and value), `RunRefused`,
+`TrainingFailed`, and the exit codes a run ends with."""
 
 from __future__ import annotations
 
@@ -68,6 +68,16 @@ def keras_text(param, message, value=None):
     if value is None:
         return head if head.endswith(".") else f"{head}."
     return f"{head}. Received: {param}={value!r}" if param else f"{head}. Received: {value!r}"
+
+
+class RunRefused(ValueError):
+    """The run cannot start as asked, and nothing was changed: exit 2, one line.
+
+    The logdir holds another run, is busy, cannot be written, or a checkpoint given
+    (or found) does not restore into this run. Here, not in the training layer, because
+    the checkpoint-path reader (`opt_train.checkpoint_paths`) that raises it serves the
+    config layer too; `opt_train.training.errors` re-exports it.
+    """
 
 
 class TrainingFailed(RuntimeError):

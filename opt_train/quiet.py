@@ -44,6 +44,11 @@ def configure(verbose=None):
     logging.getLogger("absl").setLevel(level)
 
 
+def verbose():
+    """True under `--verbose` (or `OPT_TRAIN_VERBOSE=1`), once `configure` ran: for lines only it shows."""
+    return os.environ.get(VERBOSE_VARIABLE) == "1"
+
+
 def import_tensorflow():
     """Imports TensorFlow with its C++ start-up lines (oneDNN, CUDA probing) silenced.
 

@@ -53,7 +53,8 @@ def _models():
     for name, specs in MODEL_SPECS.items():
         yield f"{name:<12} {MODEL_SUMMARIES.get(name, '')}\n{'':<12} {_params(_defaults(specs))}"
     yield f"{'{factory: package.module:function}':<12} your own Keras model"
-    yield "{keras_application: Name}   a keras.applications architecture, weights None: " + ", ".join(
+    yield "{keras_application: Name}   a keras.applications architecture (model_params.weights: null, " \
+        "imagenet or a file): " + ", ".join(
         KERAS_APPLICATIONS)
     yield "{path: my_model.keras}      a model saved with Keras (model_params: safe_mode: true)"
 

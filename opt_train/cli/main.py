@@ -64,7 +64,8 @@ def _find_spec(target):
 @click.version_option(__version__, prog_name="opt-train")
 @click.option("--verbose", is_flag=True, is_eager=True, expose_value=False,
               callback=lambda ctx, param, value: quiet.configure(True) if value else None,
-              help="Show TensorFlow's and absl's own log lines (silenced by default), e.g. opt-train --verbose train -c x.yaml.")
+              help="Show TensorFlow's and absl's own log lines (silenced by default) and the variables init_from did "
+                   "not find, e.g. opt-train --verbose train -c x.yaml.")
 @click.option("--config", "-c", "configs", multiple=True, type=click.Path(dir_okay=False),
               help="Without a command: run this config (as OpenSeq2Seq's run.py --config_file).")
 @click.option("--set", "-s", "overrides", multiple=True, metavar="KEY=VALUE",

@@ -4,7 +4,7 @@
 |---|---|
 | `base:` | the folder of the file holding it |
 | `data_params` files of `npz`, `csv` (`path`, `eval_path`), `tfrecord` (`train_files`, `eval_files`, globs) | the folder of the file that set the value |
-| `model: {path: x.keras}`, `load_model` | the folder of the file that set the value |
+| `model: {path: x.keras}`, `load_model`, `init_from.path`, `model_params.weights` (a file, not `imagenet`) | the folder of the file that set the value |
 | the modules of `factory:` specs, `python_path` | the folders of the config files (`TrainConfig.code_folders`) |
 | any of these given with `--set` | the current directory |
 | `logdir` (the exception) | the current directory: runs land where the command runs, `runs/<config>` by default |
@@ -45,6 +45,14 @@ def path_keys(data):
         keys.append("model.path")
     if isinstance(data.get("load_model"), str):
         keys.append("load_model")
+    init = data.get("init_from")
+    if isinstance(init, dict) and isinstance(init.get("path"), str):
+        keys.append("init_from.path")
+    params = data.get("model_params")
+    weights = params.get("weights") if isinstance(params, dict) else None
+    if (isinstance(spec, dict) and "keras_application" in spec and isinstance(weights, str)
+            and weights != registry("model").IMAGENET):
+        keys.append("model_params.weights")
     name = data.get("data")
     params = data.get("data_params")
     if isinstance(name, str) and isinstance(params, dict):

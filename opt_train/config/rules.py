@@ -250,6 +250,79 @@ def tracking(name, value):
     return p.check_params(TRACKING_SPEC, p.mapping(name, value), "tracking")
 
 
+def variable_map(name, value):
+    """`{regex: template}`: each regex compiles, and its template names only groups it has (`re.sub`'s rules)."""
+    import re
+
+    checked = {}
+    for pattern, template in p.mapping(name, value).items():
+        p.regex(name, pattern)
+        if not isinstance(template, str):
+            p.fail(name, "wrong_type", f"maps {pattern!r} to a template string (`backbone/\\1`)", template)
+        try:
+            re.compile(pattern).sub(template, "")  # checks the template's group references, match or not
+        except (re.error, IndexError) as error:
+            p.fail(name, "wrong_type", f"template {template!r} of {pattern!r} does not fit it ({error})", template)
+        checked[pattern] = template
+    return checked
+
+
+def init_source(name, value):
+    """A warm start's source: a checkpoint (prefix, or folder: its newest), a .keras or a .weights.h5 file.
+
+    That it exists is the cross rule `validate.warm_start_source`'s: a resumed run never reads it.
+    """
+    from opt_train.checkpoint_paths import init_source as find
+    from opt_train.errors import RunRefused
+
+    p.string(name, value)
+    if value.endswith(".h5") and not value.endswith(".weights.h5"):
+        try:
+            find(value, option="")
+        except RunRefused as error:
+            p.fail(name, "out_of_range", str(error).split(": ", 1)[-1], value)
+    return value
+
+
+def missing_init_source(path, logdir):
+    """Why `init_from.path` cannot start this run (a ParamError at `path`), or None.
+
+    A source that is not there matters only to a fresh start: a logdir that holds
+    checkpoints resumes from them (and eval, export, predict read them) without it.
+    """
+    import os
+
+    from opt_train.checkpoint_paths import init_source as find
+    from opt_train.checkpoint_paths import list_checkpoints
+    from opt_train.errors import ParamError, RunRefused
+
+    try:
+        find(path, option="")
+    except RunRefused as error:
+        if list_checkpoints(os.path.join(logdir, "checkpoints")):
+            return None
+        code = "file_not_found" if not os.path.lexists(path) or os.path.isdir(path) else "out_of_range"
+        return ParamError("path", code, str(error).split(": ", 1)[-1], path)
+    return None
+
+
+# `init_from`: a fresh run's weights from another model (opt_train/training/warm_start.py).
+INIT_FROM_SPEC = {
+    "path": p.Param(p.REQUIRED, init_source,
+                    "a TF checkpoint (a prefix, or a folder: its newest), a .keras or a .weights.h5 file"),
+    "variables": p.Param({}, variable_map, "`{regex: template}` from the source's variable paths to this model's"),
+    "skip_mismatch": p.Param(False, p.boolean, "skip a variable whose shape differs (else refused)"),
+}
+
+
+def init_from(name, value):
+    """`{path, variables?, skip_mismatch?}` with defaults filled, every problem reported."""
+    filled, errors = p.param_errors(INIT_FROM_SPEC, p.mapping(name, value), "init_from", key_kind="init_from key")
+    if errors:
+        raise RuleErrors(errors)
+    return filled
+
+
 def profile_steps(name, value):
     """`[start, end]`: the updates a TensorBoard profile covers, 1 <= start <= end."""
     text = "a list [start, end] of update numbers with 1 <= start <= end"

@@ -208,7 +208,12 @@ class TrainConfig:
         "`--benchmark` times the updates after this one (null: min(10, max_steps / 5))")
     load_model: str | None = key(
         None, p.optional(p.string), "path or null",
-        "a fresh run starts from the model weights of this run's (or folder's) latest checkpoint")
+        "a fresh run starts from the model weights of this run's (or folder's) latest checkpoint "
+        "(OpenSeq2Seq's spelling of `init_from: {path}`)")
+    init_from: dict | None = key(
+        None, p.optional(rules.init_from), "`{path, variables, skip_mismatch}` or null",
+        "a fresh run starts from another model's weights: a checkpoint, `.keras` or `.weights.h5` file, "
+        "`variables` mapping its paths to this model's ([Fine-tuning](fine-tuning.md#init_from))")
     initializer: str | None = key(
         None, p.optional(p.one_of(*compat.KERAS_INITIALIZERS, kind="initializer", lower=True)),
         "Keras or TF1 initializer name, or null", "draws every kernel of the built-in models from it")

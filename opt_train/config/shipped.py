@@ -64,13 +64,21 @@ def chain(name):
     return files
 
 
+def own_files(name):
+    """The files of the folder named like the config (`fine_tuning/` of `fine_tuning.yaml`): what it reads besides YAML."""
+    base = os.path.join(folder(), name)
+    if not os.path.isdir(base):
+        return []
+    return sorted(os.path.join(name, entry) for entry in os.listdir(base) if os.path.isfile(os.path.join(base, entry)))
+
+
 def copy(name, destination):
-    """Copies the config `name` and its `base:` files into the folder `destination`; returns the paths written.
+    """Copies the config `name`, its `base:` files and its own files into `destination`; returns the paths written.
 
     An existing file is never overwritten: `FileExistsError` names it, and nothing is copied.
     """
     name = resolve(name)
-    files = chain(name)
+    files = chain(name) + own_files(name)
     targets = [os.path.join(destination, file) for file in files]
     for target in targets:
         if os.path.exists(target):

@@ -147,6 +147,21 @@ def monitors(values):
         raise RuleErrors(errors)
 
 
+def warm_start_sources(values):
+    """One warm start: `load_model` is OpenSeq2Seq's spelling of `init_from: {path}`, not a second source."""
+    if values["init_from"] is not None and values["load_model"] is not None:
+        raise RuleError("cannot be used together with load_model (its simplest case); keep init_from", None,
+                        "conflict")
+
+
+def warm_start_source(values):
+    """`init_from.path` names something to start from, unless the logdir's own checkpoints make it a resume."""
+    if values["init_from"] is not None:
+        problem = rules.missing_init_source(values["init_from"]["path"], values["logdir"])
+        if problem:
+            raise problem
+
+
 def distribution(values):
     """`distributed` resolved with `use_horovod` and `num_gpus` (opt_train.distributed.names.resolve)."""
     distributed, use_horovod, num_gpus = distributed_names.resolve(
@@ -213,6 +228,8 @@ CROSS_RULES = (
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
     (("data", "data_params", "metrics", "early_stopping", "lr_control"), "early_stopping", monitors),
+    (("init_from", "load_model"), "init_from", warm_start_sources),
+    (("init_from", "logdir"), "init_from", warm_start_source),
 )
 
 

@@ -57,6 +57,10 @@ def convert_openseq2seq(path):
 
 
 def carry(result, key, value):
+    if key == "load_model" and isinstance(value, str):
+        if value:
+            load_model(result, value)
+        return
     if key not in ACCEPTED:
         result.drop(key, shown(value), WHY.get(key, "no opt-train equivalent"))
         return
@@ -64,6 +68,17 @@ def carry(result, key, value):
         result.drop(key, shown(value), "needs the config to run to be known; write the value")
         return
     result.data[key] = plain(value)
+
+
+def load_model(result, path):
+    """OpenSeq2Seq's `load_model`: a new run from the variables of that logdir's checkpoint found in both with their
+    shape (its train() restores `tf.global_variables()` the checkpoint holds at the same shape): `init_from`
+    with `skip_mismatch`."""
+    result.data["init_from"] = {"path": path, "skip_mismatch": True}
+    result.notes.append(
+        f"load_model: {path!r} is init_from with skip_mismatch (OpenSeq2Seq loaded the variables found in both "
+        "at the same shape); its optimizer slots are not carried, and its TF1 names (`ForwardPass/...`) "
+        "map to this model's with init_from.variables (docs/fine-tuning.md)")
 
 
 def shown(value):

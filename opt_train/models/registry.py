@@ -4,8 +4,9 @@
 `.cnn` and `.transformer` receive exactly these parameters, with these defaults. A
 model spec in YAML is one of `MODEL_NAMES`, `{factory: "package.module:function"}`
 (the user's own Keras model; its params are passed through unchecked),
-`{keras_application: ResNet50}` (a `keras.applications` constructor, never with
-downloaded weights) or `{path: models/my_model.keras}` (a model saved with Keras).
+`{keras_application: ResNet50}` (a `keras.applications` constructor; `model_params.weights`
+is what Keras takes: `imagenet`, a weights file, or none) or `{path: models/my_model.keras}`
+(a model saved with Keras).
 """
 
 from __future__ import annotations
@@ -82,8 +83,20 @@ KERAS_APPLICATIONS = (
 )
 APPLICATIONS = Registry("keras application", KERAS_APPLICATIONS)
 
-# Set by opt-train from the data (or never downloaded), so not the user's to give.
-APPLICATION_FIXED_PARAMS = ("weights", "input_shape", "input_tensor", "classes", "classifier_activation")
+# Set by opt-train from the data, so not the user's to give.
+APPLICATION_FIXED_PARAMS = ("input_shape", "input_tensor", "classes", "classifier_activation")
+# Keras's one name for downloaded application weights (keras.applications: `weights="imagenet"`).
+IMAGENET = "imagenet"
+APPLICATION_WEIGHTS_TEXT = "null, imagenet, or a .weights.h5 / .h5 weights file"
+
+
+def application_weights(name, value):
+    """`weights` of a Keras application, as Keras takes it: None (fresh), `imagenet`, or an existing .h5 file."""
+    if value is None or value == IMAGENET:
+        return value
+    if not isinstance(value, str) or not value.endswith(".h5"):
+        p.fail(name, "wrong_type", f"must be {APPLICATION_WEIGHTS_TEXT}", value, APPLICATION_WEIGHTS_TEXT)
+    return p.existing_file(name, value)
 
 # A model saved with Keras: the one parameter is whether its file may run code.
 PATH_SPEC = {
@@ -156,10 +169,24 @@ def _cross_errors(name, filled):
 def _application_param_errors(params):
     if params is not None and not isinstance(params, dict):
         return [p.ParamError(None, "wrong_type", "model params must be a mapping", params)]
-    return [
-        p.ParamError(name, "conflict", "is set by opt-train from the data (weights are never downloaded)", value)
+    errors = [
+        p.ParamError(name, "conflict", "is set by opt-train from the data", value)
         for name, value in (params or {}).items() if name in APPLICATION_FIXED_PARAMS
     ]
+    if "weights" in (params or {}):
+        try:
+            application_weights("weights", params["weights"])
+        except p.ParamError as error:
+            errors.append(error)
+    return errors
+
+
+def weights_note(spec, params):
+    """The line saying where `imagenet` weights come from (Keras's download cache), or None."""
+    if spec_kind(spec) != "keras_application" or (params or {}).get("weights") != IMAGENET:
+        return None
+    return (f"model_params.weights: imagenet: {spec['keras_application']}'s ImageNet weights, downloaded by Keras "
+            "into its cache (KERAS_HOME, ~/.keras by default) the first time, read from there after")
 
 
 def param_errors(spec, params):

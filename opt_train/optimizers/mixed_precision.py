@@ -125,6 +125,18 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         self.optimizer.build(targets)
         self.built = True
 
+    def refresh_masters(self, variables):
+        """Copies `variables` (the list `build` took) into their float32 masters.
+
+        For weights set from outside after the build (a warm start): without it the
+        first update would continue from the masters' old values.
+        """
+        if tuple(id(variable) for variable in variables) != self._variable_ids:
+            raise ValueError("`refresh_masters` takes the variables `build` took, in the same order")
+        for variable, target in zip(variables, self._targets):
+            if target is not variable:
+                target.assign(tf.cast(variable, tf.float32))
+
     @staticmethod
     def _with_penalty(grad, variable, target):
         """`grad` plus the gradient of the variable's regularizer, taken in float32 on its master.

@@ -72,8 +72,11 @@ def build_run(config, backend, *, with_train_op=True):
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
     max_steps, updates_per_epoch = run_length(config, data)
+    from opt_train.models.registry import weights_note
+
+    notes = [weights_note(config.model, config.model_params), batch_norm_note(config, backend, model)]
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None,
-              notes=tuple(filter(None, [batch_norm_note(config, backend, model)])))
+              notes=tuple(filter(None, notes)))
     if with_train_op:
         run.schedule, optimizer_params = learning_rate_schedule(
             config, max_steps, updates_per_epoch, constant_as_schedule=config.lr_control is not None

@@ -22,13 +22,10 @@ import shutil
 
 import tensorflow as tf
 
+from opt_train.checkpoint_paths import (  # noqa: F401 - resolve_checkpoint, ACCEPTED: read from here too
+    _DATA_FILE, ACCEPTED, _number, list_checkpoints, resolve_checkpoint,
+)
 from opt_train.training.errors import RunRefused, TrainingFailed
-
-_NUMBERED = re.compile(r"-(\d+)$")
-_DATA_FILE = re.compile(r"^(?P<prefix>.+)\.data-\d{5}-of-\d{5}$")
-# How a checkpoint argument may be given, for the message that refuses anything else.
-ACCEPTED = "a checkpoint prefix (…/checkpoints/ckpt-100), its .index or .data-* file, or a folder (its newest)"
-
 
 # What TF's checkpoint reader raises on a damaged file or a checkpoint of another model
 # (a short read surfaces as IndexError from its C++ reader).
@@ -37,53 +34,6 @@ _RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, OSError, Index
 
 class CheckpointUnusable(Exception):
     """One checkpoint cannot be restored into this run (damaged, or saved by another model)."""
-
-
-def list_checkpoints(directory):
-    """The checkpoint prefixes in `directory` that have an `.index` file, newest (highest number) first."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    prefixes = [os.path.join(directory, name[: -len(".index")]) for name in names if name.endswith(".index")]
-    return sorted(prefixes, key=_number, reverse=True)
-
-
-def _number(prefix):
-    found = _NUMBERED.search(os.path.basename(prefix))
-    return int(found.group(1)) if found else -1
-
-
-def resolve_checkpoint(path, logdir=None, *, option="--checkpoint"):
-    """The checkpoint prefix `path` names, for `eval`, `export` and `predict`.
-
-    `path` may be a prefix, its `.index` or `.data-*` file, a checkpoints folder or a
-    logdir (their newest checkpoint); None means the newest in `logdir`. Anything else
-    is a RunRefused naming `option`.
-    """
-    if path is None:
-        folder = os.path.join(logdir, "checkpoints")
-        found = list_checkpoints(folder)
-        if not found:
-            raise RunRefused(f"no checkpoint in {folder}: train first, or give {option} ({ACCEPTED})")
-        return found[0]
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        for folder in (path, os.path.join(path, "checkpoints")):
-            found = list_checkpoints(folder)
-            if found:
-                return found[0]
-        raise RunRefused(f"{option} {path}: a folder with no checkpoint in it; give {ACCEPTED}")
-    prefix = path
-    if path.endswith(".index"):
-        prefix = path[: -len(".index")]
-    elif _DATA_FILE.match(os.path.basename(path)):
-        prefix = os.path.join(os.path.dirname(path), _DATA_FILE.match(os.path.basename(path)).group("prefix"))
-    if os.path.isfile(prefix + ".index"):
-        return prefix
-    if os.path.lexists(path):
-        raise RunRefused(f"{option} {path}: not a checkpoint; give {ACCEPTED}")
-    raise RunRefused(f"{option} {path}: no such checkpoint; give {ACCEPTED}")
 
 
 def _first_line(error):

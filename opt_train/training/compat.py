@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import keras
 import tensorflow as tf
 
@@ -48,41 +46,13 @@ def tf1_l2(scale):
     return keras.regularizers.L2(0.5 * float(scale))
 
 
-def latest_checkpoint(path):
-    """The newest checkpoint under `path`: a run's logdir, its `checkpoints/` folder, or a prefix."""
-    for directory in (os.path.join(path, "checkpoints"), path):
-        if os.path.isdir(directory):
-            found = tf.train.latest_checkpoint(directory)
-            if found:
-                return found
-    if tf.io.gfile.exists(path + ".index"):
-        return path
-    return None
+def warm_start_run(config, run, say):
+    """OpenSeq2Seq's `load_model` for a fresh run: `init_from: {path: load_model}` (training/warm_start.py).
 
-
-def warm_start(model, path):
-    """Loads the model weights (not the optimizer state, not the step) of another run's checkpoint.
-
-    OpenSeq2Seq's `load_model`: the run starts at step 0 from those weights. Raises
-    ValueError naming the path when it holds no checkpoint. Returns the checkpoint read.
+    The model's weights found in that run's (or folder's) latest checkpoint, cast to this
+    run's dtype; neither the step nor the optimizer state. A path with no checkpoint, or
+    nothing of this model in it, is a ConfigError at `load_model`.
     """
-    checkpoint = latest_checkpoint(path)
-    if checkpoint is None:
-        raise ValueError(f"`load_model` has no checkpoint to warm-start from. Received: load_model={path!r}")
-    # Only the model's entry is listed, so optimizer slots and the step in the file stay unread.
-    tf.train.Checkpoint(model=model).read(checkpoint).expect_partial()
-    return checkpoint
+    from opt_train.training import warm_start
 
-
-def warm_start_run(config, model, say):
-    """`warm_start` for a fresh run of `config`; a path with no checkpoint is a ConfigError at `load_model`."""
-    from opt_train.config import ConfigError
-
-    try:
-        path = warm_start(model, config.load_model)
-    except ValueError:
-        raise ConfigError([config.issue(
-            "load_model", "holds no checkpoint to warm-start from", "file_not_found", config.load_model
-        )]) from None
-    say(f"warm start: model weights from {path} (load_model)")
-    return path
+    return warm_start.warm_start_run(config, run, say, spec={"path": config.load_model}, key="load_model")

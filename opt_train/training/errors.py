@@ -1,6 +1,6 @@
 """How a run ends early: the training layer's exceptions (TF-free, so the CLI can catch them cheaply)."""
 
-from opt_train.errors import PRUNED_EXIT_CODE, TrainingFailed
+from opt_train.errors import PRUNED_EXIT_CODE, RunRefused, TrainingFailed
 
 __all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed"]
 
@@ -14,14 +14,6 @@ class Interrupted(RuntimeError):
     def __init__(self, message, signal_number):
         super().__init__(message)
         self.exit_code = 128 + signal_number
-
-
-class RunRefused(ValueError):
-    """The run cannot start as asked, and nothing was changed: exit 2, one line.
-
-    The logdir holds another run, is busy, cannot be written, or a checkpoint given
-    (or found) does not restore into this run.
-    """
 
 
 class Pruned(Interrupted):

@@ -89,6 +89,7 @@ class Session:
         from opt_train.training.interval import ReportInterval
         from opt_train.training.progress import Progress
         from opt_train.training.reporting import Reporter
+        from opt_train.training.warm_start import PATHS_ITEM, path_table
 
         import tensorflow as tf
 
@@ -102,6 +103,8 @@ class Session:
             # A Keras 3 model does not track its layers' seed generators (dropout's RNG
             # state); listing every variable makes a resumed run draw the same masks.
             "model_variables": list(run.model.variables),
+            # Their Keras paths, so another run's `init_from` knows each by name (training/warm_start.py).
+            PATHS_ITEM: path_table(run.model),
             **run.train_op.checkpoint_items(),
             "report_interval": self.interval.variable,
         }
@@ -119,7 +122,7 @@ class Session:
             # MultiWorkerMirroredStrategy: every worker takes part in a save, the chief's is kept.
             collective=run.backend.collective_saves,
             # Checkpoints saved before the data position was one restore with the old counting's.
-            optional={"micro_batches": run.train_op.fill_data_position},
+            optional={"micro_batches": run.train_op.fill_data_position, PATHS_ITEM: lambda: None},
             refused_hint="Use --no-resume to start afresh in a new folder",
         )
         self.controls.attach(self.checkpoints.checkpoint, self.chief)
@@ -153,7 +156,11 @@ class Session:
         if not restored and config.load_model:
             from opt_train.training.compat import warm_start_run
 
-            warm_start_run(config, self.run.model, self.progress.message)
+            warm_start_run(config, self.run, self.progress.message)
+        if not restored and config.init_from:  # a resumed run has its own weights: never again
+            from opt_train.training import warm_start
+
+            warm_start.warm_start_run(config, self.run, self.progress.message)
         # Every rank starts from rank 0's weights and optimizer state, fresh or resumed.
         self.run.backend.broadcast_variables(
             list(self.run.model.variables) + list(self.run.train_op.state_variables())

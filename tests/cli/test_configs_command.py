@@ -32,6 +32,14 @@ def test_copy_brings_the_config_and_its_base_chain_and_validates_like_the_origin
     assert cli("validate", "--config", tmp_path / "mine" / "sweep.yaml").exit_code == 0
 
 
+def test_copy_brings_the_files_a_config_reads_next_to_it(cli, tmp_path):
+    result = cli("configs", "copy", "fine_tuning", tmp_path)
+    assert result.exit_code == 0, result.output
+    copied = tmp_path / "fine_tuning" / "digits_cnn.keras"
+    assert copied.read_bytes() == (CONFIGS / "fine_tuning" / "digits_cnn.keras").read_bytes()
+    assert load_config([str(tmp_path / "fine_tuning.yaml")]).init_from["path"] == str(copied)
+
+
 def test_copy_into_the_current_folder_by_default(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = cli("configs", "copy", "default")
@@ -79,6 +87,7 @@ def test_the_wheel_ships_every_example_config(tmp_path):
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("opt_train-*.whl")
     shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("opt_train/configs/")}
-    assert shipped == {f"opt_train/configs/{path.name}" for path in CONFIGS.glob("*.yaml")}
-    for path in CONFIGS.glob("*.yaml"):
-        assert zipfile.ZipFile(wheel).read(f"opt_train/configs/{path.name}") == path.read_bytes()
+    files = [*CONFIGS.glob("*.yaml"), *CONFIGS.glob("*/*")]  # a config's own files in the folder named like it
+    assert shipped == {f"opt_train/configs/{path.relative_to(CONFIGS)}" for path in files}
+    for path in files:
+        assert zipfile.ZipFile(wheel).read(f"opt_train/configs/{path.relative_to(CONFIGS)}") == path.read_bytes()

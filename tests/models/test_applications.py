@@ -38,7 +38,11 @@ def test_names_resolve_without_tensorflow_and_misspellings_suggest(tmp_path):
 
 
 @pytest.mark.parametrize("text, key, code", [
-    ("model: {keras_application: ResNet50}\nmodel_params: {weights: imagenet}\n", "model_params.weights", "conflict"),
+    ("model: {keras_application: ResNet50}\nmodel_params: {weights: none.weights.h5}\n", "model_params.weights",
+     "file_not_found"),
+    ("model: {keras_application: ResNet50}\nmodel_params: {weights: 3}\n", "model_params.weights", "wrong_type"),
+    ("model: {keras_application: ResNet50}\nmodel_params: {weights: imagenet.pt}\n", "model_params.weights", "wrong_type"),
+    ("model: {keras_application: ResNet50}\nmodel_params: {classes: 3}\n", "model_params.classes", "conflict"),
     ("model: {keras_aplication: ResNet50}\n", "model.keras_aplication", "unknown_key"),
     ("model: {keras_application: ResNet50}\ndata: reversal\n", "model", "out_of_range"),
     ("model: {path: my_model.h5}\n", "model.path", "out_of_range"),
@@ -106,3 +110,101 @@ def test_an_unknown_constructor_parameter_suggests_one(cli, write_config):
     })
     result = cli("train", "--config", config)
     assert result.exit_code == 2 and "model_params.alpah" in result.output and "'alpha'" in result.output
+
+
+def _small_mobilenet_config(tmp_path, **params):
+    """A config of MobileNet (alpha 0.25) on 32x32 images, its `model_params` extended by `params`."""
+    path = tmp_path / "pretrained.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        model: {{keras_application: MobileNet}}
+        model_params: {dict(SMALL_MOBILENET, **params)}
+        data: synthetic_images
+        data_params: {{num_examples: 20, height: 32, width: 32, num_classes: 5}}
+        max_steps: 1
+        batch_size_per_gpu: 4
+        logdir: {tmp_path / "run"}
+    """))
+    return load_config([str(path)])
+
+
+def _images():
+    return np.random.default_rng(3).normal(size=(2, 32, 32, 3)).astype("float32")
+
+
+@pytest.mark.slow  # 7-10 s on 2 cores: four MobileNets (the fast subset keeps the refusal below)
+def test_weights_from_a_file_give_keras_outputs_with_that_file_and_a_fresh_head(tmp_path):
+    """`model_params.weights: file` (relative to the config) is Keras's `weights=file`; the new head starts fresh."""
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+
+    shape = {"include_top": False, "input_shape": (32, 32, 3), "pooling": "avg", **SMALL_MOBILENET}
+    keras.utils.set_random_seed(7)
+    keras.applications.MobileNet(weights=None, **shape).save_weights(tmp_path / "backbone.weights.h5")
+    reference = keras.applications.MobileNet(weights=str(tmp_path / "backbone.weights.h5"), **shape)
+
+    config = _small_mobilenet_config(tmp_path, weights="backbone.weights.h5")
+    assert config.model_params["weights"] == str(tmp_path / "backbone.weights.h5")  # the config's path rule
+    model = build_run(config, get_backend(), with_train_op=False).model
+    body = model.get_layer(reference.name)
+    np.testing.assert_array_equal(body(_images()).numpy(), reference(_images()).numpy())
+    fresh = build_run(_small_mobilenet_config(tmp_path), get_backend(), with_train_op=False).model
+    np.testing.assert_array_equal(model.get_layer("logits").kernel.numpy(), fresh.get_layer("logits").kernel.numpy())
+    assert not np.array_equal(body.weights[0].numpy(), fresh.get_layer(reference.name).weights[0].numpy())
+
+
+@pytest.mark.slow  # 8 s on 2 cores: two more MobileNets
+def test_include_top_weights_from_a_file_give_keras_outputs(tmp_path):
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+
+    shape = {"include_top": True, "input_shape": (32, 32, 3), "classes": 5, "classifier_activation": None,
+             **SMALL_MOBILENET}
+    keras.applications.MobileNet(weights=None, **shape).save_weights(tmp_path / "whole.weights.h5")
+    reference = keras.applications.MobileNet(weights=str(tmp_path / "whole.weights.h5"), **shape)
+    config = _small_mobilenet_config(tmp_path, include_top=True, weights=str(tmp_path / "whole.weights.h5"))
+    model = build_run(config, get_backend(), with_train_op=False).model
+    np.testing.assert_array_equal(model(_images()).numpy(), reference(_images()).numpy())
+
+
+def test_weights_of_another_architecture_name_the_key(tmp_path):
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+
+    inputs = keras.Input((32, 32, 3))
+    other = keras.Model(inputs, keras.layers.Conv2D(4, 3, name="conv1")(inputs))
+    other.save_weights(tmp_path / "other.weights.h5")
+    with pytest.raises(ConfigError) as caught:
+        build_run(_small_mobilenet_config(tmp_path, weights="other.weights.h5"), get_backend(), with_train_op=False)
+    [issue] = caught.value.issues
+    assert (issue.key, issue.code, issue.line) == ("model_params.weights", "conflict", 2), issue
+
+
+@pytest.mark.slow  # 10 s: a fresh process imports TensorFlow
+def test_imagenet_without_a_network_is_one_line_naming_the_key(tmp_path):
+    """A machine without network (here: a proxy nobody listens on, and an empty Keras cache): exit 2, one line."""
+    import subprocess
+    import sys
+
+    from tests.support import REPO, unlaunched_environ
+
+    config = tmp_path / "imagenet.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        model: {{keras_application: MobileNet}}
+        model_params: {{alpha: 0.25, weights: imagenet}}
+        data: synthetic_images
+        data_params: {{num_examples: 20, height: 32, width: 32, num_classes: 5}}
+        max_steps: 1
+        batch_size_per_gpu: 4
+        logdir: {tmp_path / "run"}
+    """))
+    unreachable = "http://127.0.0.1:9"
+    env = unlaunched_environ(KERAS_HOME=str(tmp_path / "keras"), https_proxy=unreachable, HTTPS_PROXY=unreachable,
+                             http_proxy=unreachable, HTTP_PROXY=unreachable, no_proxy="", NO_PROXY="",
+                             PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "opt_train", "train", "--config", str(config)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{config}:2: model_params.weights: Keras could not download MobileNet's imagenet weights" in errors[0]
+    assert not (tmp_path / "run" / "checkpoints").exists()
