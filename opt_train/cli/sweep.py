@@ -30,6 +30,9 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--np", "np_", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run every trial as N workers (`opt-train train --np N`: tf.distribute, or Horovod "
               "with distributed: horovod).")
+@click.option("--gpus", metavar="0,1,...",
+              help="GPUs this worker gives its trials, each running trial a block of its own through "
+              "CUDA_VISIBLE_DEVICES (default: CUDA_VISIBLE_DEVICES, else what nvidia-smi -L lists, else none).")
 @click.option("--metric", help="Metric that ranks the trials (default: sweep.metric, else eval/loss).")
 @click.option("--mode", type=click.Choice(["min", "max"]), help="Whether smaller or larger --metric is better.")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")
@@ -38,7 +41,7 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--status", is_flag=True, help="Print the study's table, best trial and states; run nothing.")
 @click.option("--retry-failed", is_flag=True, help="Run failed trials again instead of skipping them.")
 def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, study, seed, repeats, parallel, np_,
-          metric, mode, out, dry_run, print_commands, status, retry_failed):
+          gpus, metric, mode, out, dry_run, print_commands, status, retry_failed):
     """Run a config once per trial (each its own `opt-train train` process) and print a ranked table.
 
     \b
@@ -53,6 +56,7 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
     2 bad usage or config.
     """
     from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, preview_trials, run_sweep, study_status
+    from opt_train.sweep.devices import find_gpus
 
     if not configs:
         if not status:
@@ -63,6 +67,7 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
     options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
         plan = plan_sweep(configs, overrides, base, options, out, np=np_)
+        found = find_gpus(gpus)
         if dry_run:
             click.echo("\n".join(dry_run_lines(plan)))
             return
@@ -72,7 +77,7 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         if status:
             _print_status(plan, study_status(plan))
             return
-        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress)
+        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress, gpus=found)
     click.echo(result.table)
     click.echo(result.summary)
     if result.importances:

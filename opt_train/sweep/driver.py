@@ -19,7 +19,7 @@ import types
 
 from opt_train.atomic import write_json
 from opt_train.config import ConfigError, ConfigIssue, load_config
-from opt_train.sweep import hparams
+from opt_train.sweep import devices, hparams
 from opt_train.sweep import study as studies
 from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
 from opt_train.sweep.results import append_result, finite_json, format_table, make_record, summary_line
@@ -105,8 +105,7 @@ def plan_sweep(configs, overrides, base_config, options, out=None, np=1):
         base_digest=config_digest(base_config),
         np=np,
     )
-    check_trial_configs(plan)
-    return plan
+    return dataclasses.replace(plan, gpus_per_trial=check_trial_configs(plan) * np)
 
 
 def load_trial(plan, point, number=0, folder=None):
@@ -120,12 +119,15 @@ def load_trial(plan, point, number=0, folder=None):
 def check_trial_configs(plan):
     """Loads the config of every point `check_points` gives; raises `TrialConfigError` naming each bad one.
 
-    A problem shared by several points is reported once, with the first of them.
+    A problem shared by several points is reported once, with the first of them. Returns
+    the most replicas a worker of any of them has (`num_gpus`, see `replicas_per_worker`).
     """
-    problems, seen = [], set()
+    from opt_train.config.loader import replicas_per_worker
+
+    problems, seen, replicas = [], set(), 1
     for index, point in enumerate(check_points(plan.spec, plan.queue)):
         try:
-            load_trial(plan, point, index)
+            replicas = max(replicas, replicas_per_worker(load_trial(plan, point, index)[1]))
         except ConfigError as error:
             for issue in error.issues:
                 if issue.format() not in seen:
@@ -133,6 +135,7 @@ def check_trial_configs(plan):
                     problems.append((f"trial-{index:03d} ({Trial(index, point).describe()})", issue))
     if problems:
         raise TrialConfigError(problems)
+    return replicas
 
 
 def swept_columns(plan):
@@ -251,9 +254,12 @@ def _lock(folder):
 class _Worker:
     """Takes trials from the study, starts their processes, tells the study how they ended, records them."""
 
-    def __init__(self, plan, study, report, environment, parallel=1):
+    def __init__(self, plan, study, report, environment, parallel=1, gpus=()):
         self.plan, self.study, self.report, self.environment = plan, study, report, environment
         self.parallel = parallel
+        # Each running trial's own block of GPUs (None: no GPUs, nothing set).
+        self.gpu_pool = devices.GpuPool(gpus) if gpus else None
+        self.gpus = {}  # job name -> its block
         # Trainers still running whose driver died here (kill -9): they count against --parallel.
         # Counted at the start (None: not yet) and again while any is left.
         self._orphans_running = None
@@ -280,6 +286,9 @@ class _Worker:
             if self._orphans_running and len(self.running) + self._orphans_running >= self.parallel:
                 # A dead driver's trainers still hold the cores: wait for them, then adopt them.
                 yield None
+                continue
+            if self.gpu_pool is not None and self.gpu_pool.available() < self.plan.gpus_per_trial:
+                yield None  # a slot is free, but not the GPUs of a trial
                 continue
             trial_id = studies.claim_waiting(self.study, self.plan.base_digest)
             if trial_id is not None:
@@ -396,6 +405,11 @@ class _Worker:
             studies.storage_url(self.plan.spec, self.plan.out), studies.study_name(self.plan.spec, self.plan.out),
             optuna_trial._trial_id, self.plan.spec.metric, self.plan.spec.pruner, self.plan.spec.pruner_params)}
         self.running[trial.name] = (trial, lock, records_size(logdir))
+        if self.gpu_pool is not None:
+            from opt_train.config.loader import replicas_per_worker
+
+            self.gpus[trial.name] = self.gpu_pool.take(replicas_per_worker(config) * self.plan.np)
+            env.update(devices.environment(self.gpus[trial.name]))
         return Job(trial.name, tuple(self.plan.command(trial)), os.path.join(logdir, LOG_FILE), env, (lock,))
 
     def finished_elsewhere(self, trial):
@@ -438,6 +452,8 @@ class _Worker:
             if exit_code == 0:
                 reason = f"exited without writing final_metrics.json ({reason})"
             record = make_record(trial, logdir, FAILED, reason=reason, exit_code=exit_code, wall_time=wall_time)
+        if trial.name in self.gpus:
+            record["gpus"] = list(self.gpus[trial.name])
         self.finish_trial(trial.number, record)
         self.release(trial)
         self.report(f"[{trial.number}] {trial.name} {self.describe(record)}")
@@ -472,6 +488,9 @@ class _Worker:
     def release(self, trial):
         _, lock, _ = self.running.pop(trial.name)
         os.close(lock)
+        block = self.gpus.pop(trial.name, None)
+        if block:
+            self.gpu_pool.give(block)
 
     def describe(self, record):
         seconds = f" in {record['wall_time']:.1f}s" if record.get("wall_time") is not None else ""
@@ -494,13 +513,17 @@ def _jsonable(value):
     return json.loads(json.dumps(finite_json(value), default=str))
 
 
-def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
+def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), None)):
     """Runs this worker's share of the study of `plan`, `parallel` trials at a time; returns the `SweepResult`.
 
     Trials the study has finished (ok, failed, pruned) are not run again (failed ones
     are when `retry_failed`); trials left running by a worker that died on this machine
-    resume from their checkpoints. `report(text)` receives progress lines.
+    resume from their checkpoints. `report(text)` receives progress lines. `gpus`:
+    `(names, where they came from)` as `devices.find_gpus` gives them; each running trial
+    gets `plan.gpus_per_trial` of its own, and `parallel` larger than they allow is a
+    `ConfigError` at --parallel.
     """
+    devices.check_parallel(parallel, plan.gpus_per_trial, *gpus)
     report = report or (lambda text: None)
     study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params))
     if retry_failed:
@@ -513,7 +536,7 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None):
     # tracking: {mlflow: ...}: the study is one MLflow run, each trial a child of it.
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
     worker = _Worker(plan, study, report, {**thread_environment(parallel * plan.np), **parent.environment},
-                     parallel=parallel)
+                     parallel=parallel, gpus=gpus[0])
     try:
         run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
     finally:
