@@ -2,7 +2,8 @@
 
 import click
 
-from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_options, load, user_errors
+from opt_train.cli.common import ConfigUsageError, Count, TrainingFailedError, config_options, load, user_errors
+from opt_train.sweep.driver import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES
 
 
 @click.command()
@@ -33,6 +34,11 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--gpus", metavar="0,1,...",
               help="GPUs this worker gives its trials, each running trial a block of its own through "
               "CUDA_VISIBLE_DEVICES (default: CUDA_VISIBLE_DEVICES, else what nvidia-smi -L lists, else none).")
+@click.option("--heartbeat-secs", type=Count(1), default=HEARTBEAT_SECONDS, show_default=True, metavar="N",
+              help="Seconds between this worker's heartbeats for its trials; a trial without one for twice that "
+              "is queued again and resumed from its checkpoint by a worker sharing --out.")
+@click.option("--max-trial-retries", type=Count(0), default=MAX_TRIAL_RETRIES, show_default=True, metavar="N",
+              help="Times a trial whose worker stopped sending heartbeats is queued again before it fails.")
 @click.option("--metric", help="Metric that ranks the trials (default: sweep.metric, else eval/loss).")
 @click.option("--mode", type=click.Choice(["min", "max"]), help="Whether smaller or larger --metric is better.")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")
@@ -41,7 +47,7 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--status", is_flag=True, help="Print the study's table, best trial and states; run nothing.")
 @click.option("--retry-failed", is_flag=True, help="Run failed trials again instead of skipping them.")
 def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, study, seed, repeats, parallel, np_,
-          gpus, metric, mode, out, dry_run, print_commands, status, retry_failed):
+          gpus, heartbeat_secs, max_trial_retries, metric, mode, out, dry_run, print_commands, status, retry_failed):
     """Run a config once per trial (each its own `opt-train train` process) and print a ranked table.
 
     \b
@@ -77,7 +83,8 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         if status:
             _print_status(plan, study_status(plan))
             return
-        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress, gpus=found)
+        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress, gpus=found,
+                           heartbeat_secs=heartbeat_secs, max_trial_retries=max_trial_retries)
     click.echo(result.table)
     click.echo(result.summary)
     if result.importances:

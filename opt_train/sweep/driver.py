@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 import types
 
@@ -50,6 +51,10 @@ LOCK_FILE = ".trial.lock"
 DRIVER = "driver"
 # Seconds between looks for trials left running by a worker that died on this machine.
 ORPHAN_POLL_SECONDS = 2.0
+# `--heartbeat-secs` and `--max-trial-retries` by default: a trial whose worker sent no heartbeat for
+# twice the seconds is queued again, at most that many times.
+HEARTBEAT_SECONDS = 60
+MAX_TRIAL_RETRIES = 2
 
 
 class TrialConfigError(ConfigError):
@@ -260,6 +265,11 @@ class _Worker:
         # Each running trial's own block of GPUs (None: no GPUs, nothing set).
         self.gpu_pool = devices.GpuPool(gpus) if gpus else None
         self.gpus = {}  # job name -> its block
+        # The study's trial ids this worker sends heartbeats for (read by the heartbeat thread too).
+        self.beating = {}  # job name -> trial id
+        self.beating_lock = threading.Lock()
+        # Re-queued trials whose folder is still locked by the trainer the silent worker left: trial id -> trial.
+        self.awaiting = {}
         # Trainers still running whose driver died here (kill -9): they count against --parallel.
         # Counted at the start (None: not yet) and again while any is left.
         self._orphans_running = None
@@ -290,6 +300,13 @@ class _Worker:
             if self.gpu_pool is not None and self.gpu_pool.available() < self.plan.gpus_per_trial:
                 yield None  # a slot is free, but not the GPUs of a trial
                 continue
+            if self.awaiting and time.monotonic() >= self._next_orphan_look:
+                self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
+                for optuna_trial in list(self.awaiting.values()):
+                    job = self.start(optuna_trial)
+                    if job is not None:
+                        yield job
+                continue
             trial_id = studies.claim_waiting(self.study, self.plan.base_digest)
             if trial_id is not None:
                 job = self.start(studies.trial_for(self.study, self.plan.spec, self.plan.queue, trial_id))
@@ -311,7 +328,7 @@ class _Worker:
                 if job is not None:
                     yield job
                 continue
-            if not waiting:
+            if not waiting and not self.awaiting:
                 return
             yield None
 
@@ -379,11 +396,18 @@ class _Worker:
             if adopted is not None:
                 trial = dataclasses.replace(trial, folder=adopted)
         logdir = self.plan.logdir(trial)
+        self.beat(trial.name, optuna_trial._trial_id)
         if lock is None:
             lock = _lock(logdir)
+            if lock is None and studies.STALE_RETRIES in attrs:
+                # The silent worker's trainer still trains in the folder: its end (or its checkpoint) is awaited.
+                self.awaiting[optuna_trial._trial_id] = optuna_trial
+                return None
             if lock is None:  # cannot happen for a fresh folder; be safe and give it back
+                self.unbeat(trial.name)
                 self.study.tell(optuna_trial.number, state=studies.optuna_module().trial.TrialState.FAIL)
                 return None
+        self.awaiting.pop(optuna_trial._trial_id, None)
         # Which driver runs it now: a re-run tells a dead driver's trainers from a live worker's.
         optuna_trial.set_user_attr(DRIVER, f"{self.host}:{os.getpid()}")
         if folder is None:
@@ -485,9 +509,24 @@ class _Worker:
             self.study.tell(number, state=state.FAIL)
         self.recorded += 1
 
+    def beat(self, name, trial_id):
+        """Sends trial `trial_id`'s first heartbeat and keeps beating for it until it is released."""
+        with self.beating_lock:
+            self.beating[name] = trial_id
+        self.study._storage.record_heartbeat(trial_id)
+
+    def unbeat(self, name):
+        with self.beating_lock:
+            self.beating.pop(name, None)
+
+    def beating_ids(self):
+        with self.beating_lock:
+            return list(self.beating.values())
+
     def release(self, trial):
         _, lock, _ = self.running.pop(trial.name)
         os.close(lock)
+        self.unbeat(trial.name)
         block = self.gpus.pop(trial.name, None)
         if block:
             self.gpu_pool.give(block)
@@ -506,6 +545,65 @@ class _Worker:
         for _, lock, _ in self.running.values():
             os.close(lock)
         self.running.clear()
+        with self.beating_lock:
+            self.beating.clear()
+
+
+class _Heartbeat:
+    """A thread that sends the heartbeats of the worker's trials every `seconds` and, each time, fails and re-queues
+    the study's trials whose worker fell silent (`studies.fail_stale`), even while every slot here is busy."""
+
+    def __init__(self, worker, seconds):
+        self.worker, self.seconds = worker, seconds
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sweep-heartbeat", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import sqlalchemy.exc
+
+        storage = self.worker.study._storage
+        while not self.stopped.wait(self.seconds):
+            try:
+                for trial_id in self.worker.beating_ids():
+                    storage.record_heartbeat(trial_id)
+                studies.fail_stale(self.worker.study)
+            except sqlalchemy.exc.SQLAlchemyError:
+                pass  # the database did not answer this time; the next beat tries again, well within the grace
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join()
+
+
+def stale_trial_callback(plan, seconds, max_retries, report):
+    """Optuna's `heartbeat_stale_trial_callback` for the sweep: a trial of this base config whose worker sent no
+    heartbeat for `2 x seconds` is queued again with its folder (a worker resumes it from its checkpoint), at most
+    `max_retries` times; then it is recorded as failed, with the reason."""
+
+    def requeue(study, frozen):
+        attrs = frozen.user_attrs
+        if attrs.get(studies.GENERATION) != plan.base_digest:
+            return
+        retries = attrs.get(studies.STALE_RETRIES, 0)
+        folder = attrs.get(studies.FOLDER) or f"trial-{frozen.number:03d}"
+        silent = f"its worker ({attrs.get(DRIVER, 'unknown')}) sent no heartbeat for {2 * seconds} s"
+        if retries < max_retries:
+            studies.requeue_stale(study, frozen, retries + 1, drop=(DRIVER,))
+            report(f"[{frozen.number}] {folder} {silent}: queued again ({retries + 1} of --max-trial-retries "
+                   f"{max_retries}); it resumes from its checkpoint")
+            return
+        point = tuple((attrs.get("overrides") or frozen.params).items())
+        trial = Trial(frozen.number, point, attrs.get("digest", "00000000"), attrs.get(studies.REPEAT, 0), folder)
+        reason = f"{silent}, after {retries} retries (--max-trial-retries {max_retries})"
+        record = make_record(trial, plan.logdir(trial), FAILED, reason=reason)
+        if os.path.isdir(record["logdir"]):
+            write_json(os.path.join(record["logdir"], STATUS_FILE), record)
+        append_result(plan.out, record)
+        studies.requeue_stale(study, frozen, retries, drop=(DRIVER,), record=_jsonable(record))
+        report(f"[{frozen.number}] {folder} failed: {reason}")
+
+    return requeue
 
 
 def _jsonable(value):
@@ -513,7 +611,8 @@ def _jsonable(value):
     return json.loads(json.dumps(finite_json(value), default=str))
 
 
-def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), None)):
+def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), None),
+              heartbeat_secs=HEARTBEAT_SECONDS, max_trial_retries=MAX_TRIAL_RETRIES):
     """Runs this worker's share of the study of `plan`, `parallel` trials at a time; returns the `SweepResult`.
 
     Trials the study has finished (ok, failed, pruned) are not run again (failed ones
@@ -521,11 +620,16 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), No
     resume from their checkpoints. `report(text)` receives progress lines. `gpus`:
     `(names, where they came from)` as `devices.find_gpus` gives them; each running trial
     gets `plan.gpus_per_trial` of its own, and `parallel` larger than they allow is a
-    `ConfigError` at --parallel.
+    `ConfigError` at --parallel. While a trial runs, this worker sends its heartbeat every
+    `heartbeat_secs`; a trial of any worker silent for twice that is queued again, resumed
+    from its checkpoint by a worker sharing the sweep folder, up to `max_trial_retries` times.
     """
     devices.check_parallel(parallel, plan.gpus_per_trial, *gpus)
     report = report or (lambda text: None)
-    study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params))
+    callback = stale_trial_callback(plan, heartbeat_secs, max_trial_retries, report)
+    study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params),
+                                       heartbeat=(heartbeat_secs, callback))
+    studies.fail_stale(study)  # a worker that died while this one was away: its trials are queued first
     if retry_failed:
         queued += studies.requeue_failed(study, plan)
     name, url = studies.study_name(plan.spec, plan.out), studies.storage_url(plan.spec, plan.out)
@@ -537,9 +641,11 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), No
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
     worker = _Worker(plan, study, report, {**thread_environment(parallel * plan.np), **parent.environment},
                      parallel=parallel, gpus=gpus[0])
+    heartbeat = _Heartbeat(worker, heartbeat_secs)
     try:
         run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
     finally:
+        heartbeat.stop()
         worker.close()
         parent.close()
     return collect(plan, study, write_experiment=True)
