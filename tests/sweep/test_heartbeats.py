@@ -3,12 +3,10 @@ trial stale (Optuna's heartbeat, twice --heartbeat-secs), the same sweep run aga
 folder and resumes it from its checkpoint, at most --max-trial-retries times, then records it failed with the reason.
 
 The workers are real sweep processes on real SQLite and PostgreSQL studies; their trainer is a stand-in that
-checkpoints its step (the real trainer: test_heartbeat_e2e in this file, marked slow).
+checkpoints its step; test_heartbeat_e2e_... runs the real trainer.
 """
 
-import dataclasses
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -17,9 +15,6 @@ import time
 
 import pytest
 
-from opt_train.config import load_config
-from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
-from opt_train.sweep.plan import SweepPlan
 from tests.support import CONFIGS, REPO, read_json, read_jsonl
 
 WAIT_SECONDS = 120
@@ -177,3 +172,40 @@ def test_bad_heartbeat_options_are_one_line_exit_2(tmp_path, args, words):
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [f"Error: {words}"], result.stderr
     assert not (tmp_path / "out").exists()
+
+
+REAL = ["--grid", "optimizer_params.learning_rate=0.001", "--metric", "eval/accuracy", "--mode", "max",
+        "--set", "max_steps=2000", "--set", "save_checkpoint_steps=100", "--set", "eval_steps=1000",
+        "--set", "save_summaries_steps=500", "--set", "print_loss_steps=500", "--heartbeat-secs", "1"]
+
+
+def opt_sweep(out, **popen):
+    argv = [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "default.yaml"), "--out", str(out), *REAL]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+
+
+@pytest.mark.slow  # three sweeps of a real 2000-update trial
+def test_heartbeat_e2e_a_real_trial_killed_mid_run_ends_with_an_uninterrupted_trials_figures(tmp_path):
+    out = tmp_path / "killed"
+    worker = opt_sweep(out, start_new_session=True)
+    saved = lambda: glob.glob(f"{out}/trial-*/checkpoints/checkpoint")
+    wait_for(saved, "the trial's first checkpoint", worker)
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    assert not glob.glob(f"{out}/trial-*/final_metrics.json"), "the kill came after the end"
+    wait_for(lambda: stale_ids(f"sqlite:///{out}/study.db", "killed"), "the trial to be stale")
+    again = opt_sweep(out)
+    output = again.communicate(timeout=900)[0]
+    assert again.returncode == 0, output[-4000:]
+    assert "queued again (1 of --max-trial-retries 2)" in output, output[-4000:]
+    (resumed,) = read_jsonl(out / "results.jsonl")
+    assert "resumed from" in open(os.path.join(resumed["logdir"], "train.log")).read()
+
+    reference = opt_sweep(tmp_path / "uninterrupted")
+    output = reference.communicate(timeout=900)[0]
+    assert reference.returncode == 0, output[-4000:]
+    (uninterrupted,) = read_jsonl(tmp_path / "uninterrupted" / "results.jsonl")
+    assert resumed["status"] == uninterrupted["status"] == "ok"
+    assert resumed["metrics"]["global_step"] == 2000 and resumed["metrics"] == uninterrupted["metrics"]
