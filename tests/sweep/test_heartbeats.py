@@ -20,7 +20,7 @@ from tests.support import CONFIGS, REPO, read_json, read_jsonl
 WAIT_SECONDS = 120
 
 # Counts steps 1..40 into logdir/ckpt and resumes from it; a first attempt (no checkpoint yet) stops at step 10 and
-# waits there to be killed. Its figures depend on the learning rate alone: any attempt that finishes reports them.
+# waits there to be killed, or until the file RELEASE_FILE names exists. Its figures depend on the learning rate alone: any attempt that finishes reports them.
 STEPPING_TRAINER = """
 import json, os, sys, time
 sets = dict(a.split("=", 1) for a in sys.argv[sys.argv.index("train") + 1:] if "=" in a)
@@ -34,7 +34,9 @@ for step in range(start + 1, 41):
     open(checkpoint + ".tmp", "w").write(str(step))
     os.replace(checkpoint + ".tmp", checkpoint)
     if step == 10 and not start:
-        time.sleep(600)
+        deadline = time.monotonic() + 600
+        while not os.path.exists(os.environ["RELEASE_FILE"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
 json.dump({"eval/accuracy": 1 - lr / 1000, "global_step": 40}, open(os.path.join(logdir, "final_metrics.json"), "w"))
 """
 
@@ -71,7 +73,7 @@ def start_worker(tmp_path, rates, retries, study=(), heartbeat=1):
     argv = [sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "stepping_train.py"),
             str(CONFIGS / "default.yaml"), str(tmp_path / "out"), ",".join(map(str, rates)), str(heartbeat),
             str(retries), *study]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RELEASE_FILE": str(tmp_path / "release")}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
 
@@ -105,12 +107,15 @@ def stale_ids(storage, name):
     return study._storage._get_stale_trial_ids(study._study_id)
 
 
-def kill_mid_trial(tmp_path, retries, study):
-    """Starts a worker on one trial, SIGKILLs it and its trainer at step 10, waits until the study holds it stale."""
+def kill_mid_trial(tmp_path, retries, study, trainer_too=True):
+    """Starts a worker on one trial, SIGKILLs it (and its trainer) at step 10, waits until the study holds it stale."""
     worker = start_worker(tmp_path, [0.5], retries, study)
     checkpoint = lambda: [path for path in glob.glob(f"{tmp_path}/out/trial-*/ckpt") if open(path).read() == "10"]
     wait_for(checkpoint, "the trial's step 10", worker)
-    os.killpg(worker.pid, signal.SIGKILL)
+    if trainer_too:
+        os.killpg(worker.pid, signal.SIGKILL)
+    else:
+        os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
     storage, name = study or (f"sqlite:///{tmp_path}/out/study.db", "out")
     wait_for(lambda: stale_ids(storage, name), "the trial to be stale")
@@ -135,6 +140,28 @@ def test_a_killed_workers_trial_is_queued_again_and_resumed_by_the_next_run(tmp_
     assert record["status"] == "ok" and record["metrics"] == {"eval/accuracy": 1 - 0.5 / 1000, "global_step": 40}
     log = open(os.path.join(record["logdir"], "train.log")).read()
     assert log.count("$ ") == 2 and "resumed from step 10" in log, log
+
+
+@pytest.mark.slow
+def test_a_queued_trial_whose_trainer_still_runs_is_awaited_not_started_twice(tmp_path):
+    # Only the worker dies: its trainer trains on in the trial's folder (and holds its lock). The next worker takes
+    # the re-queued trial, waits for the folder, and records the run that trainer finished.
+    kill_mid_trial(tmp_path, 2, (), trainer_too=False)
+    again = start_worker(tmp_path, [0.5], 2)
+    out = tmp_path / "out"
+
+    def taken_again():
+        trials = load_study(f"sqlite:///{out}/study.db", "out").get_trials()
+        return [trial.state.name for trial in trials] == ["FAIL", "RUNNING"]
+
+    wait_for(taken_again, "the trial to be taken again", again)
+    (tmp_path / "release").write_text("")
+    output = again.communicate(timeout=WAIT_SECONDS)[0]
+    assert again.returncode == 0, output
+    (record,) = read_jsonl(out / "results.jsonl")
+    assert record["status"] == "ok" and record["metrics"]["global_step"] == 40
+    log = open(os.path.join(record["logdir"], "train.log")).read()
+    assert log.count("$ ") == 1 and "resumed from" not in log, log
 
 
 @pytest.mark.slow
