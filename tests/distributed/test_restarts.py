@@ -8,6 +8,7 @@ equals an uninterrupted one is tests/distributed/test_restart_e2e.py.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -31,10 +32,11 @@ def short_grace(monkeypatch):
     monkeypatch.setattr(launcher_module, "GRACE_SECONDS", 0.5)
 
 
-def launch(plan, tmp_path, max_restarts, during=None):
+def launch(plan, tmp_path, max_restarts, during=None, backend="tf", rank_timeout=60.0):
     command = [sys.executable, str(WORKER), str(tmp_path), json.dumps({str(k): v for k, v in plan.items()})]
     out, err = io.StringIO(), io.StringIO()
-    launcher = Launcher(command, 2, out=out, err=err, env=ENV, backend="tf", max_restarts=max_restarts)
+    launcher = Launcher(command, 2, out=out, err=err, env=ENV, backend=backend, max_restarts=max_restarts,
+                        rank_timeout=rank_timeout)
     if during:
         threading.Thread(target=during, daemon=True).start()
     code, message = launcher.run()
@@ -63,6 +65,22 @@ def test_a_worker_killed_twice_is_restarted_twice_with_fresh_ports_and_the_job_s
     # The worker killed at each attempt is gone; the one left waiting was ended, not left behind.
     pids = {attempt(tmp_path, index, n)["pid"] for index in (0, 1) for n in range(3)}
     assert len(pids) == 6
+
+
+def test_a_hung_worker_is_restarted_too(tmp_path):
+    code, message, err = launch({1: "stop_before:1"}, tmp_path, max_restarts=1, rank_timeout=1.0)
+    assert (code, message) == (0, None), err
+    assert "restart 1 of 1: worker 1 hung: stopped, not answering the other workers" in err, err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod is not installed")
+def test_horovod_ranks_are_restarted_around_a_new_rendezvous(tmp_path):
+    code, message, err = launch({1: "kill_before:1"}, tmp_path, max_restarts=1, backend="horovod")
+    assert (code, message) == (0, None), err
+    assert "restart 1 of 1: rank 1 failed (killed by SIGKILL); every rank was stopped" in err, err
+    first, second = (attempt(tmp_path, 0, n) for n in (0, 1))
+    assert (first["restart_count"], second["restart_count"]) == (0, 1)
+    assert first["rendezvous_port"] and first["rendezvous_port"] != second["rendezvous_port"]
 
 
 def test_restarts_exhausted_end_with_the_line_naming_the_worker(tmp_path):
