@@ -36,9 +36,14 @@ STORAGE_ATTEMPTS = 5
 
 
 def optuna_module():
+    import warnings
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Optuna marks its heartbeat (RDBStorage's heartbeat_interval, fail_stale_trials) experimental since 2.9;
+    # the sweep relies on what it means, not on its interface staying, and the user can do nothing about it.
+    warnings.filterwarnings("ignore", r".*(heartbeat_interval|fail_stale_trials)", optuna.exceptions.ExperimentalWarning)
     return optuna
 
 
@@ -66,8 +71,6 @@ def make_storage(url, heartbeat=None):
     not installed, is a `ConfigError` naming --storage; a server that does not answer is
     `StorageUnavailable`.
     """
-    import warnings
-
     import sqlalchemy.exc
 
     optuna = optuna_module()
@@ -78,10 +81,7 @@ def make_storage(url, heartbeat=None):
                  "heartbeat_stale_trial_callback": heartbeat[1]}
     for attempt in range(STORAGE_ATTEMPTS):
         try:
-            with warnings.catch_warnings():
-                # Optuna marks heartbeat_interval experimental (since 2.9); its meaning is what the sweep relies on.
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine, **beats)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **beats)
         except (sqlalchemy.exc.ArgumentError, ImportError) as error:
             hint = " (pip install -e '.[postgres]' for postgresql://)" if isinstance(error, ImportError) else ""
             message = f"cannot open the study's database: {str(error).splitlines()[0]}{hint}"
@@ -317,11 +317,9 @@ def requeue_stale(study, frozen, retries, drop=(), record=None):
 def fail_stale(study):
     """Fails the RUNNING trials of the study whose worker stopped sending heartbeats, and calls the storage's callback
     for each (Optuna's `fail_stale_trials`)."""
-    import warnings
-
     optuna = optuna_module()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    # Serialized as claims are: on SQLite two workers could both fail the trial, and both queue it again.
+    with _claims_serialized(study._storage):
         optuna.storages.fail_stale_trials(study)
 
 
