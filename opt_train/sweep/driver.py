@@ -460,7 +460,12 @@ class _Worker:
         if outcome.exit_code in INTERRUPTED_CODES:
             self.report(f"[{trial.number}] {trial.name} interrupted; it resumes on the next run")
             self.interrupted.add(trial.name)
+            with self.beating_lock:
+                trial_id = self.beating.get(trial.name)
             self.release(trial)
+            if trial_id is not None:
+                # Beating on while this worker runs: no other worker takes it before that next run.
+                self.beat(trial.name, trial_id)
             return
         self.record_outcome(trial, outcome.exit_code, outcome.wall_time, outcome.log_start, records_start)
 
