@@ -55,7 +55,8 @@ def _smi_gpus():
 
 
 def find_gpus(option=None, environ=None):
-    """`(gpu names, where they came from)`: `--gpus`, else `CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`, else `((), None)`.
+    """`(gpu names, where they came from)`: `--gpus`, else `CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`, else
+    `((), None)`.
 
     `CUDA_VISIBLE_DEVICES` set empty or to -1 hides every GPU (CUDA's own reading): none.
     """

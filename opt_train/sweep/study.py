@@ -43,7 +43,8 @@ def optuna_module():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Optuna marks its heartbeat (RDBStorage's heartbeat_interval, fail_stale_trials) experimental since 2.9;
     # the sweep relies on what it means, not on its interface staying, and the user can do nothing about it.
-    warnings.filterwarnings("ignore", r".*(heartbeat_interval|fail_stale_trials)", optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", r".*(heartbeat_interval|fail_stale_trials)",
+                            optuna.exceptions.ExperimentalWarning)
     return optuna
 
 

@@ -20,7 +20,8 @@ from tests.support import CONFIGS, REPO, read_json, read_jsonl
 WAIT_SECONDS = 120
 
 # Counts steps 1..40 into logdir/ckpt and resumes from it; a first attempt (no checkpoint yet) stops at step 10 and
-# waits there to be killed, or until the file RELEASE_FILE names exists. Its figures depend on the learning rate alone: any attempt that finishes reports them.
+# waits there to be killed, or until the file RELEASE_FILE names exists. Its figures depend on the learning rate
+# alone: any attempt that finishes reports them.
 STEPPING_TRAINER = """
 import json, os, sys, time
 sets = dict(a.split("=", 1) for a in sys.argv[sys.argv.index("train") + 1:] if "=" in a)
@@ -202,7 +203,7 @@ def test_bad_heartbeat_options_are_one_line_exit_2(tmp_path, args, words):
 
 
 REAL = ["--grid", "optimizer_params.learning_rate=0.001", "--metric", "eval/accuracy", "--mode", "max",
-        "--set", "max_steps=2000", "--set", "save_checkpoint_steps=100", "--set", "eval_steps=1000",
+        "--set", "max_steps=1000", "--set", "save_checkpoint_steps=50", "--set", "eval_steps=500",
         "--set", "save_summaries_steps=500", "--set", "print_loss_steps=500", "--heartbeat-secs", "1"]
 
 
@@ -213,7 +214,7 @@ def opt_sweep(out, **popen):
                             **popen)
 
 
-@pytest.mark.slow  # three sweeps of a real 2000-update trial
+@pytest.mark.slow  # three sweeps of a real 1000-update trial
 def test_heartbeat_e2e_a_real_trial_killed_mid_run_ends_with_an_uninterrupted_trials_figures(tmp_path):
     out = tmp_path / "killed"
     worker = opt_sweep(out, start_new_session=True)
@@ -235,4 +236,4 @@ def test_heartbeat_e2e_a_real_trial_killed_mid_run_ends_with_an_uninterrupted_tr
     assert reference.returncode == 0, output[-4000:]
     (uninterrupted,) = read_jsonl(tmp_path / "uninterrupted" / "results.jsonl")
     assert resumed["status"] == uninterrupted["status"] == "ok"
-    assert resumed["metrics"]["global_step"] == 2000 and resumed["metrics"] == uninterrupted["metrics"]
+    assert resumed["metrics"]["global_step"] == 1000 and resumed["metrics"] == uninterrupted["metrics"]
