@@ -52,6 +52,7 @@ def fake_plan(tmp_path, rates, overrides=(), np=1):
     return FakePlan(**fields, script=str(script))
 
 
+@pytest.mark.slow  # four processes at once on 2 cores; the fast subset keeps the two-trial case below
 def test_four_trials_on_four_gpus_run_at_once_each_on_its_own_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("BARRIER_SIZE", "4")
     plan = fake_plan(tmp_path, [0.1, 0.2, 0.3, 0.4])
