@@ -186,3 +186,23 @@ def import_tensorflow():
     from opt_train import quiet
 
     return quiet.import_tensorflow()
+
+
+class Count(click.ParamType):
+    """A whole number >= `minimum` whose bad value is one line at its flag, exit 2 (click's own types add the usage)."""
+
+    name = "integer"
+
+    def __init__(self, minimum=0):
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            number = int(text) if text.lstrip("-").isdigit() else None
+        if number is None or number < self.minimum:
+            flag = param.opts[0] if param is not None else "value"
+            raise ConfigUsageError(f"{flag}: {value!r} is not a whole number >= {self.minimum}")
+        return number

@@ -4,7 +4,8 @@ import os
 
 import click
 
-from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_options, load, user_errors
+from opt_train.cli.common import ConfigUsageError, Count, TrainingFailedError, config_options, load, user_errors
+from opt_train.sweep.driver import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES
 
 
 @click.command()
@@ -32,6 +33,14 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--np", "np_", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run every trial as N workers (`opt-train train --np N`: tf.distribute, or Horovod "
               "with distributed: horovod).")
+@click.option("--gpus", metavar="0,1,...",
+              help="GPUs this worker gives its trials, each running trial a block of its own through "
+              "CUDA_VISIBLE_DEVICES (default: CUDA_VISIBLE_DEVICES, else what nvidia-smi -L lists, else none).")
+@click.option("--heartbeat-secs", type=Count(1), default=HEARTBEAT_SECONDS, show_default=True, metavar="N",
+              help="Seconds between this worker's heartbeats for its trials; a trial without one for twice that "
+              "is queued again and resumed from its checkpoint by a worker sharing --out.")
+@click.option("--max-trial-retries", type=Count(0), default=MAX_TRIAL_RETRIES, show_default=True, metavar="N",
+              help="Times a trial whose worker stopped sending heartbeats is queued again before it fails.")
 @click.option("--metric", help="Metric that ranks the trials (default: sweep.metric, else eval/loss).")
 @click.option("--mode", type=click.Choice(["min", "max"]), help="Whether smaller or larger --metric is better.")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")
@@ -46,7 +55,8 @@ from opt_train.cli.common import ConfigUsageError, TrainingFailedError, config_o
 @click.option("--sbatch-args", metavar="ARGS", default="",
               help='Extra sbatch options for --launcher slurm, e.g. "--partition gpu --gres=gpu:1 --time 2:00:00".')
 def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, study, seed, repeats, parallel, np_,
-          metric, mode, out, dry_run, print_commands, status, retry_failed, launcher, sbatch_args):
+          gpus, heartbeat_secs, max_trial_retries, metric, mode, out, dry_run, print_commands, status, retry_failed,
+          launcher, sbatch_args):
     """Run a config once per trial (each its own `opt-train train` process) and print a ranked table.
 
     \b
@@ -61,6 +71,7 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
     2 bad usage or config.
     """
     from opt_train.sweep import SweepOptions, dry_run_lines, plan_sweep, preview_trials, run_sweep
+    from opt_train.sweep.devices import find_gpus
 
     if status:
         _status(configs, overrides, out, storage, study)
@@ -69,17 +80,23 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         raise click.UsageError("Missing option '--config' / '-c' (only --status can do without it).")
     if sbatch_args and launcher != "slurm":
         raise ConfigUsageError("--sbatch-args: only with --launcher slurm")
+    if gpus is not None and launcher == "slurm":
+        raise ConfigUsageError("--gpus: only with --launcher local; SLURM gives each task its GPUs "
+                               '(--sbatch-args "--gres=gpu:N")')
     base = load(configs, overrides)
     options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
         plan = plan_sweep(configs, overrides, base, options, out, np=np_)
+        # SLURM gives each array task its GPUs; this machine's are the local launcher's to hand out.
+        found = find_gpus(gpus) if launcher == "local" else ((), None)
         if dry_run:
             click.echo("\n".join(dry_run_lines(plan)))
             return
         if print_commands:
             click.echo("\n".join(plan.shell_command(trial) for trial in preview_trials(plan)))
             return
-        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress,
+        result = run_sweep(plan, parallel, retry_failed=retry_failed, report=_progress, gpus=found,
+                           heartbeat_secs=heartbeat_secs, max_trial_retries=max_trial_retries,
                            launcher=_launcher(launcher, sbatch_args, plan))
     click.echo(result.table)
     click.echo(result.summary)

@@ -3,7 +3,7 @@
 import click
 
 from opt_train.cli.common import (
-    ConfigUsageError, check_distribution, config_options, import_tensorflow, launch_config, load,
+    ConfigUsageError, Count, check_distribution, config_options, import_tensorflow, launch_config, load,
     trial_failure_recorder, user_errors,
 )
 
@@ -54,13 +54,21 @@ from opt_train.cli.common import (
     help="With --hosts: the private key ssh logs in to the other hosts with (default: ssh's own).",
 )
 @click.option(
+    "--max-restarts",
+    type=Count(0),
+    default=0,
+    metavar="K",
+    help="With --np: when a worker fails, is killed or hangs, stop every worker and relaunch the job from its "
+    "newest checkpoint, up to K times (each worker sees OPT_TRAIN_RESTART_COUNT).",
+)
+@click.option(
     "--profile",
     default=None,
     metavar="START:END",
     help="A TensorBoard profile of updates START..END into logdir/plugins/profile (= profile_steps: [START, END]).",
 )
 def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, hosts, ssh_port, ssh_identity_file,
-          profile):
+          max_restarts, profile):
     """Train the model a config describes; continues the run in logdir if it is the same run."""
     if profile is not None:
         overrides = (*overrides, _profile_override(profile))
@@ -68,13 +76,18 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
         raise ConfigUsageError("--resume cannot be combined with --no-resume or --benchmark")
     if hosts and not num_proc:
         raise ConfigUsageError("--hosts needs --np N")
+    if max_restarts and not num_proc:
+        raise ConfigUsageError("--max-restarts needs --np N (a job of one process is restarted by running it again)")
+    if max_restarts and (no_resume or benchmark):
+        raise ConfigUsageError("--max-restarts cannot be combined with --no-resume or --benchmark: "
+                               "a restarted job resumes the run it started")
     if (ssh_port or ssh_identity_file) and not hosts:
         raise ConfigUsageError("--ssh-port and --ssh-identity-file need --hosts")
     config = load(configs, overrides)
     if num_proc:
         flags = {"--resume": resume_changed, "--no-resume": no_resume, "--benchmark": benchmark}
         _launch(config, configs, overrides, [flag for flag, given in flags.items() if given], num_proc, hosts,
-                (ssh_port, ssh_identity_file))
+                (ssh_port, ssh_identity_file), max_restarts)
         return
     # A sweep's trial leaves a failure record the sweep reads (opt_train/trial.py).
     with user_errors(on_failure=trial_failure_recorder(config.logdir)):
@@ -97,7 +110,7 @@ def _profile_override(text):
     return f"profile_steps=[{int(start)}, {int(end)}]"
 
 
-def _launch(config, configs, overrides, flags, num_proc, hosts, ssh):
+def _launch(config, configs, overrides, flags, num_proc, hosts, ssh, max_restarts=0):
     """`--np N`: the config checked here once, then N workers of this same command (without --np).
 
     The backend is the config's `distributed`; with none, tf workers, told so by
@@ -129,7 +142,7 @@ def _launch(config, configs, overrides, flags, num_proc, hosts, ssh):
     if workers.distributed != config.distributed:
         command += ["--set", f"distributed={workers.distributed}"]
     code, message = launch(command, num_proc, hosts=hosts, rank_timeout=config.rank_timeout_secs,
-                           backend=launch_backend(workers.distributed), ssh=Ssh(*ssh))
+                           backend=launch_backend(workers.distributed), ssh=Ssh(*ssh), max_restarts=max_restarts)
     if message:
         _record_launch_failure(config.logdir, code, message)
         click.echo(f"Error: {message}", err=True)

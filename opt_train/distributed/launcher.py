@@ -26,6 +26,13 @@ The job's outcome, in order of blame:
 Interrupts are not failures: a signal to the launcher is passed once to every worker
 (each stops at the same update, worker 0 checkpoints) and the launcher exits with the
 workers' 130/143. TF-free: imports Horovod's runner only for `horovod`, inside `run`.
+
+With `max_restarts` K (torchrun's `--max-restarts`), a failed job (a worker failed, was
+killed or hung) is relaunched whole, up to K times: every worker of it has ended by then,
+the new plan gives fresh ports (a new `TF_CONFIG`, a new Gloo rendezvous), and each
+worker, told the attempt in `OPT_TRAIN_RESTART_COUNT`, resumes from the run's newest
+checkpoint as any re-run of the command does. An interrupt, or a worker's exit 2 (a
+config it refuses: the same again next time), ends the job as without restarts.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ INTERRUPT_CODES = (3, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 NOUNS = {"horovod": "rank", "tf": "worker"}
 # Set in every worker's environment: the launcher has shown the config's notes.
 LAUNCHED_VARIABLE = "OPT_TRAIN_LAUNCHED"
+# Set in every worker's environment: how many times the launcher has relaunched the job (0 at first).
+RESTART_VARIABLE = "OPT_TRAIN_RESTART_COUNT"
 SSH_OPTIONS = ("-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no")
 
 
@@ -263,7 +272,7 @@ class Launcher:
     """
 
     def __init__(self, command, num_proc, hosts=None, rank_timeout=60.0, out=None, err=None, env=None,
-                 backend="horovod", ssh=None):
+                 backend="horovod", ssh=None, max_restarts=0):
         if backend not in NOUNS:
             raise ValueError(f"`backend` must be one of {sorted(NOUNS)}. Received: backend={backend!r}")
         self.backend = backend
@@ -276,13 +285,15 @@ class Launcher:
         self.err = err or sys.stderr
         self.env = dict(os.environ if env is None else env)
         self.ssh = ssh or Ssh()
+        self.max_restarts = max_restarts
+        self.restarts = 0
         self.ranks = []
         self._signal = 0
         self._lock = threading.Lock()
 
     # -- starting -------------------------------------------------------------
     def _spawn(self, number, host, local, rank_env, plan):
-        rank_env = {**rank_env, LAUNCHED_VARIABLE: "1"}
+        rank_env = {**rank_env, LAUNCHED_VARIABLE: "1", RESTART_VARIABLE: str(self.restarts)}
         env = {**self.env, **rank_env, "PYTHONUNBUFFERED": "1"}
         if local:
             argv = self.command
@@ -327,6 +338,24 @@ class Launcher:
 
     def run(self):
         previous = {number: signal.signal(number, self._record) for number in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while True:
+                code, message = self._attempt()
+                if message is None or self._signal or code == 2 or self.restarts >= self.max_restarts:
+                    if message is not None and self.restarts:
+                        message += f" (the job was restarted {self.restarts} times; --max-restarts {self.max_restarts})"
+                    return code, message
+                self.restarts += 1
+                with self._lock:
+                    self.err.write(f"restart {self.restarts} of {self.max_restarts}: {message}; every {self.noun} "
+                                   "was stopped, the job starts again from the newest checkpoint\n")
+                    self.err.flush()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _attempt(self):
+        """Starts and watches the job once; `(exit code, message)` as `run`'s."""
         plan = None
         try:
             plan = self._plan()
@@ -338,8 +367,6 @@ class Launcher:
                 self._send_all(self._signal)
             return self._watch()
         finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
             self._kill_all(signal.SIGKILL)
             if plan is not None:
                 plan.stop()
@@ -450,7 +477,8 @@ class Launcher:
         return code, f"{self.noun} {culprit.number} failed ({exit_description(culprit.code)}){detail}"
 
 
-def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None, backend="horovod", ssh=None):
-    """Runs `command` as `num_proc` workers of `backend` (horovod, tf); returns (exit code, one-line message or None)."""
+def launch(command, num_proc, hosts=None, rank_timeout=60.0, env=None, backend="horovod", ssh=None, max_restarts=0):
+    """Runs `command` as `num_proc` workers of `backend` (horovod, tf), relaunched up to `max_restarts` times after a
+    failure; returns (exit code, one-line message or None)."""
     return Launcher(command, num_proc, hosts=hosts, rank_timeout=rank_timeout, env=env, backend=backend,
-                    ssh=ssh).run()
+                    ssh=ssh, max_restarts=max_restarts).run()

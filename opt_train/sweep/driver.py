@@ -14,12 +14,13 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 import types
 
 from opt_train.atomic import write_json
 from opt_train.config import ConfigError, ConfigIssue, load_config
-from opt_train.sweep import hparams
+from opt_train.sweep import devices, hparams
 from opt_train.sweep import study as studies
 from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
 from opt_train.sweep.results import append_result, finite_json, format_table, make_record, summary_line
@@ -50,6 +51,10 @@ LOCK_FILE = ".trial.lock"
 DRIVER = "driver"
 # Seconds between looks for trials left running by a worker that died on this machine.
 ORPHAN_POLL_SECONDS = 2.0
+# `--heartbeat-secs` and `--max-trial-retries` by default: a trial whose worker sent no heartbeat for
+# twice the seconds is queued again, at most that many times.
+HEARTBEAT_SECONDS = 60
+MAX_TRIAL_RETRIES = 2
 
 
 class TrialConfigError(ConfigError):
@@ -105,8 +110,7 @@ def plan_sweep(configs, overrides, base_config, options, out=None, np=1):
         base_digest=config_digest(base_config),
         np=np,
     )
-    check_trial_configs(plan)
-    return plan
+    return dataclasses.replace(plan, gpus_per_trial=check_trial_configs(plan) * np)
 
 
 def load_trial(plan, point, number=0, folder=None):
@@ -120,12 +124,15 @@ def load_trial(plan, point, number=0, folder=None):
 def check_trial_configs(plan):
     """Loads the config of every point `check_points` gives; raises `TrialConfigError` naming each bad one.
 
-    A problem shared by several points is reported once, with the first of them.
+    A problem shared by several points is reported once, with the first of them. Returns
+    the most replicas a worker of any of them has (`num_gpus`, see `replicas_per_worker`).
     """
-    problems, seen = [], set()
+    from opt_train.config.loader import replicas_per_worker
+
+    problems, seen, replicas = [], set(), 1
     for index, point in enumerate(check_points(plan.spec, plan.queue)):
         try:
-            load_trial(plan, point, index)
+            replicas = max(replicas, replicas_per_worker(load_trial(plan, point, index)[1]))
         except ConfigError as error:
             for issue in error.issues:
                 if issue.format() not in seen:
@@ -133,6 +140,7 @@ def check_trial_configs(plan):
                     problems.append((f"trial-{index:03d} ({Trial(index, point).describe()})", issue))
     if problems:
         raise TrialConfigError(problems)
+    return replicas
 
 
 def swept_columns(plan):
@@ -251,12 +259,20 @@ def _lock(folder):
 class _Worker:
     """Takes trials from the study, starts their processes, tells the study how they ended, records them."""
 
-    def __init__(self, plan, study, report, environment, parallel=1, launcher=None):
+    def __init__(self, plan, study, report, environment, parallel=1, gpus=(), launcher=None):
         self.plan, self.study, self.report, self.environment = plan, study, report, environment
         self.parallel = parallel
         # Where trials run: None for this machine's processes, else a launcher that knows whether a
         # trial's task still runs elsewhere (SLURM's queue).
         self.launcher = launcher
+        # Each running trial's own block of GPUs (None: no GPUs, nothing set).
+        self.gpu_pool = devices.GpuPool(gpus) if gpus else None
+        self.gpus = {}  # job name -> its block
+        # The study's trial ids this worker sends heartbeats for (read by the heartbeat thread too).
+        self.beating = {}  # job name -> trial id
+        self.beating_lock = threading.Lock()
+        # Re-queued trials whose folder is still locked by the trainer the silent worker left: trial id -> trial.
+        self.awaiting = {}
         # Trainers still running whose driver died here (kill -9): they count against --parallel.
         # Counted at the start (None: not yet) and again while any is left.
         self._orphans_running = None
@@ -284,6 +300,16 @@ class _Worker:
                 # A dead driver's trainers still hold the cores: wait for them, then adopt them.
                 yield None
                 continue
+            if self.gpu_pool is not None and self.gpu_pool.available() < self.plan.gpus_per_trial:
+                yield None  # a slot is free, but not the GPUs of a trial
+                continue
+            if self.awaiting and time.monotonic() >= self._next_orphan_look:
+                self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
+                for optuna_trial in list(self.awaiting.values()):
+                    job = self.start(optuna_trial)
+                    if job is not None:
+                        yield job
+                continue
             trial_id = studies.claim_waiting(self.study, self.plan.base_digest)
             if trial_id is not None:
                 job = self.start(studies.trial_for(self.study, self.plan.spec, self.plan.queue, trial_id))
@@ -305,7 +331,7 @@ class _Worker:
                 if job is not None:
                     yield job
                 continue
-            if not waiting:
+            if not waiting and not self.awaiting:
                 return
             yield None
 
@@ -376,11 +402,18 @@ class _Worker:
             if adopted is not None:
                 trial = dataclasses.replace(trial, folder=adopted)
         logdir = self.plan.logdir(trial)
+        self.beat(trial.name, optuna_trial._trial_id)
         if lock is None:
             lock = _lock(logdir)
+            if lock is None and studies.STALE_RETRIES in attrs:
+                # The silent worker's trainer still trains in the folder: its end (or its checkpoint) is awaited.
+                self.awaiting[optuna_trial._trial_id] = optuna_trial
+                return None
             if lock is None:  # cannot happen for a fresh folder; be safe and give it back
+                self.unbeat(trial.name)
                 self.study.tell(optuna_trial.number, state=studies.optuna_module().trial.TrialState.FAIL)
                 return None
+        self.awaiting.pop(optuna_trial._trial_id, None)
         # Which driver runs it now: a re-run tells a dead driver's trainers from a live worker's.
         optuna_trial.set_user_attr(DRIVER, f"{self.host}:{os.getpid()}")
         if folder is None:
@@ -402,6 +435,11 @@ class _Worker:
             studies.storage_url(self.plan.spec, self.plan.out), studies.study_name(self.plan.spec, self.plan.out),
             optuna_trial._trial_id, self.plan.spec.metric, self.plan.spec.pruner, self.plan.spec.pruner_params)}
         self.running[trial.name] = (trial, lock, records_size(logdir))
+        if self.gpu_pool is not None:
+            from opt_train.config.loader import replicas_per_worker
+
+            self.gpus[trial.name] = self.gpu_pool.take(replicas_per_worker(config) * self.plan.np)
+            env.update(devices.environment(self.gpus[trial.name]))
         return Job(trial.name, tuple(self.plan.command(trial)), os.path.join(logdir, LOG_FILE), env, (lock,))
 
     def finished_elsewhere(self, trial):
@@ -436,7 +474,12 @@ class _Worker:
         if outcome.exit_code in INTERRUPTED_CODES:
             self.report(f"[{trial.number}] {trial.name} interrupted; it resumes on the next run")
             self.interrupted.add(trial.name)
+            with self.beating_lock:
+                trial_id = self.beating.get(trial.name)
             self.release(trial)
+            if trial_id is not None:
+                # Beating on while this worker runs: no other worker takes it before that next run.
+                self.beat(trial.name, trial_id)
             return
         self.record_outcome(trial, outcome.exit_code, outcome.wall_time, outcome.log_start, records_start)
 
@@ -452,6 +495,8 @@ class _Worker:
             if exit_code == 0:
                 reason = f"exited without writing final_metrics.json ({reason})"
             record = make_record(trial, logdir, FAILED, reason=reason, exit_code=exit_code, wall_time=wall_time)
+        if trial.name in self.gpus:
+            record["gpus"] = list(self.gpus[trial.name])
         self.finish_trial(trial.number, record)
         self.release(trial)
         self.report(f"[{trial.number}] {trial.name} {self.describe(record)}")
@@ -483,9 +528,27 @@ class _Worker:
             self.study.tell(number, state=state.FAIL)
         self.recorded += 1
 
+    def beat(self, name, trial_id):
+        """Sends trial `trial_id`'s first heartbeat and keeps beating for it until it is released."""
+        with self.beating_lock:
+            self.beating[name] = trial_id
+        self.study._storage.record_heartbeat(trial_id)
+
+    def unbeat(self, name):
+        with self.beating_lock:
+            self.beating.pop(name, None)
+
+    def beating_ids(self):
+        with self.beating_lock:
+            return list(self.beating.values())
+
     def release(self, trial):
         _, lock, _ = self.running.pop(trial.name)
         os.close(lock)
+        self.unbeat(trial.name)
+        block = self.gpus.pop(trial.name, None)
+        if block:
+            self.gpu_pool.give(block)
 
     def describe(self, record):
         seconds = f" in {record['wall_time']:.1f}s" if record.get("wall_time") is not None else ""
@@ -501,6 +564,65 @@ class _Worker:
         for _, lock, _ in self.running.values():
             os.close(lock)
         self.running.clear()
+        with self.beating_lock:
+            self.beating.clear()
+
+
+class _Heartbeat:
+    """A thread that sends the heartbeats of the worker's trials every `seconds` and, each time, fails and re-queues
+    the study's trials whose worker fell silent (`studies.fail_stale`), even while every slot here is busy."""
+
+    def __init__(self, worker, seconds):
+        self.worker, self.seconds = worker, seconds
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sweep-heartbeat", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import sqlalchemy.exc
+
+        storage = self.worker.study._storage
+        while not self.stopped.wait(self.seconds):
+            try:
+                for trial_id in self.worker.beating_ids():
+                    storage.record_heartbeat(trial_id)
+                studies.fail_stale(self.worker.study)
+            except sqlalchemy.exc.SQLAlchemyError:
+                pass  # the database did not answer this time; the next beat tries again, well within the grace
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join()
+
+
+def stale_trial_callback(plan, seconds, max_retries, report):
+    """Optuna's `heartbeat_stale_trial_callback` for the sweep: a trial of this base config whose worker sent no
+    heartbeat for `2 x seconds` is queued again with its folder (a worker resumes it from its checkpoint), at most
+    `max_retries` times; then it is recorded as failed, with the reason."""
+
+    def requeue(study, frozen):
+        attrs = frozen.user_attrs
+        if attrs.get(studies.GENERATION) != plan.base_digest:
+            return
+        retries = attrs.get(studies.STALE_RETRIES, 0)
+        folder = attrs.get(studies.FOLDER) or f"trial-{frozen.number:03d}"
+        silent = f"its worker ({attrs.get(DRIVER, 'unknown')}) sent no heartbeat for {2 * seconds} s"
+        if retries < max_retries:
+            studies.requeue_stale(study, frozen, retries + 1, drop=(DRIVER,))
+            report(f"[{frozen.number}] {folder} {silent}: queued again ({retries + 1} of --max-trial-retries "
+                   f"{max_retries}); it resumes from its checkpoint")
+            return
+        point = tuple((attrs.get("overrides") or frozen.params).items())
+        trial = Trial(frozen.number, point, attrs.get("digest", "00000000"), attrs.get(studies.REPEAT, 0), folder)
+        reason = f"{silent}, after {retries} retries (--max-trial-retries {max_retries})"
+        record = make_record(trial, plan.logdir(trial), FAILED, reason=reason)
+        if os.path.isdir(record["logdir"]):
+            write_json(os.path.join(record["logdir"], STATUS_FILE), record)
+        append_result(plan.out, record)
+        studies.requeue_stale(study, frozen, retries, drop=(DRIVER,), record=_jsonable(record))
+        report(f"[{frozen.number}] {folder} failed: {reason}")
+
+    return requeue
 
 
 def _jsonable(value):
@@ -508,16 +630,27 @@ def _jsonable(value):
     return json.loads(json.dumps(finite_json(value), default=str))
 
 
-def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, launcher=None):
+def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), None),
+              heartbeat_secs=HEARTBEAT_SECONDS, max_trial_retries=MAX_TRIAL_RETRIES, launcher=None):
     """Runs this worker's share of the study of `plan`, `parallel` trials at a time; returns the `SweepResult`.
 
     Trials the study has finished (ok, failed, pruned) are not run again (failed ones
     are when `retry_failed`); trials left running by a worker that died on this machine
-    resume from their checkpoints. `report(text)` receives progress lines. `launcher`: None
-    runs each trial as a process of this machine; a `slurm.SlurmLauncher` as SLURM array tasks.
+    resume from their checkpoints. `report(text)` receives progress lines. `gpus`:
+    `(names, where they came from)` as `devices.find_gpus` gives them; each running trial
+    gets `plan.gpus_per_trial` of its own, and `parallel` larger than they allow is a
+    `ConfigError` at --parallel. While a trial runs, this worker sends its heartbeat every
+    `heartbeat_secs`; a trial of any worker silent for twice that is queued again, resumed
+    from its checkpoint by a worker sharing the sweep folder, up to `max_trial_retries` times.
+    `launcher`: None runs each trial as a process of this machine; a `slurm.SlurmLauncher` as
+    SLURM array tasks, whose GPUs SLURM gives (`gpus` is then empty).
     """
+    devices.check_parallel(parallel, plan.gpus_per_trial, *gpus)
     report = report or (lambda text: None)
-    study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params))
+    callback = stale_trial_callback(plan, heartbeat_secs, max_trial_retries, report)
+    study, queued = studies.open_study(plan, make_pruner(plan.spec.pruner, plan.spec.pruner_params),
+                                       heartbeat=(heartbeat_secs, callback))
+    studies.fail_stale(study)  # a worker that died while this one was away: its trials are queued first
     if retry_failed:
         queued += studies.requeue_failed(study, plan)
     name, url = studies.study_name(plan.spec, plan.out), studies.storage_url(plan.spec, plan.out)
@@ -529,7 +662,9 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, launcher=Non
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
     # A cluster task has its node's cores to itself; processes of this machine share its cores.
     threads = thread_environment(parallel * plan.np) if launcher is None else {}
-    worker = _Worker(plan, study, report, {**threads, **parent.environment}, parallel=parallel, launcher=launcher)
+    worker = _Worker(plan, study, report, {**threads, **parent.environment}, parallel=parallel, gpus=gpus[0],
+                     launcher=launcher)
+    heartbeat = _Heartbeat(worker, heartbeat_secs)
     try:
         if launcher is None:
             run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
@@ -537,6 +672,7 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, launcher=Non
             launcher.run(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished,
                          on_submit=worker.submitted)
     finally:
+        heartbeat.stop()
         worker.close()
         parent.close()
     return collect(plan, study, write_experiment=True)

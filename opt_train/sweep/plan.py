@@ -90,6 +90,8 @@ class SweepPlan:
     queue: tuple = ()
     base_digest: str = ""
     np: int = 1
+    # GPUs the largest trial takes (num_gpus x np): a worker starts a trial once that many are free.
+    gpus_per_trial: int = 1
     resolved: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def logdir(self, trial):

@@ -28,6 +28,8 @@ FOLDER = "folder"
 RECORD = "record"
 REPEAT = "repeat"
 RETRY_OF = "retry_of"
+# How many times the trial was queued again after its worker stopped sending heartbeats.
+STALE_RETRIES = "stale_retries"
 # Seconds a worker that did not create the study waits for its creator to queue the trials.
 PLAN_WAIT_SECONDS = 120
 # Study user attribute: the last run's base digest, metric, mode and swept keys (for --status alone).
@@ -39,9 +41,15 @@ STORAGE_ATTEMPTS = 5
 
 
 def optuna_module():
+    import warnings
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Optuna marks its heartbeat (RDBStorage's heartbeat_interval, fail_stale_trials) experimental since 2.9;
+    # the sweep relies on what it means, not on its interface staying, and the user can do nothing about it.
+    warnings.filterwarnings("ignore", r".*(heartbeat_interval|fail_stale_trials)",
+                            optuna.exceptions.ExperimentalWarning)
     return optuna
 
 
@@ -59,19 +67,27 @@ class StorageUnavailable(TrainingFailed):
     """The study's database did not answer (exit 1: the sweep could not run, the config is fine)."""
 
 
-def make_storage(url):
+def make_storage(url, heartbeat=None):
     """Optuna's RDB storage for `url`; SQLite waits for a locked database instead of failing at once.
 
-    A URL SQLAlchemy cannot read, or whose driver is not installed, is a `ConfigError`
-    naming --storage; a server that does not answer is `StorageUnavailable`.
+    `heartbeat`: `(seconds, callback)`: a RUNNING trial without a heartbeat for twice
+    `seconds` is stale; `optuna.storages.fail_stale_trials` fails it and calls
+    `callback(study, frozen trial)` (Optuna's `heartbeat_interval`, `grace_period` and
+    `heartbeat_stale_trial_callback`). A URL SQLAlchemy cannot read, or whose driver is
+    not installed, is a `ConfigError` naming --storage; a server that does not answer is
+    `StorageUnavailable`.
     """
     import sqlalchemy.exc
 
     optuna = optuna_module()
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else None
+    beats = {}
+    if heartbeat is not None:
+        beats = {"heartbeat_interval": heartbeat[0], "grace_period": 2 * heartbeat[0],
+                 "heartbeat_stale_trial_callback": heartbeat[1]}
     for attempt in range(STORAGE_ATTEMPTS):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **beats)
         except (sqlalchemy.exc.ArgumentError, ImportError) as error:
             hint = " (pip install -e '.[postgres]' for postgresql://)" if isinstance(error, ImportError) else ""
             message = f"cannot open the study's database: {str(error).splitlines()[0]}{hint}"
@@ -188,14 +204,14 @@ def load(plan, storage=None):
         return None
 
 
-def open_study(plan, pruner):
+def open_study(plan, pruner, heartbeat=None):
     """The study of `plan`, created if needed; the worker that creates it (or meets a new base config) queues the trials.
 
-    Returns `(study, queued)`: `queued` is how many trials this call added.
+    Returns `(study, queued)`: `queued` is how many trials this call added. `heartbeat`: as `make_storage`'s.
     """
     optuna = optuna_module()
     os.makedirs(plan.out, exist_ok=True)
-    storage = make_storage(storage_url(plan.spec, plan.out))
+    storage = make_storage(storage_url(plan.spec, plan.out), heartbeat)
     name = study_name(plan.spec, plan.out)
     sampler = make_sampler(plan.spec, plan.queue)
     try:
@@ -300,6 +316,30 @@ def requeue_failed(study, plan):
             study.enqueue_trial(dict(trial.params), user_attrs=attrs)
             count += 1
     return count
+
+
+def requeue_stale(study, frozen, retries, drop=(), record=None):
+    """Queues trial `frozen` (failed for want of heartbeats) again with its values, folder and attributes (but its
+    record and the `drop` ones), as retry number `retries`; with `record`, adds it failed with that record instead
+    (a finished trial takes no attribute, and the study lists the last attempt of a trial)."""
+    optuna = optuna_module()
+    attrs = {key: value for key, value in frozen.user_attrs.items() if key not in (RECORD, *drop)}
+    attrs.update({RETRY_OF: frozen.number, STALE_RETRIES: retries})
+    if record is None:
+        study.enqueue_trial(dict(frozen.params), user_attrs=attrs)
+        return
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL, params=frozen.params, distributions=frozen.distributions,
+        user_attrs={**attrs, RECORD: record}))
+
+
+def fail_stale(study):
+    """Fails the RUNNING trials of the study whose worker stopped sending heartbeats, and calls the storage's callback
+    for each (Optuna's `fail_stale_trials`)."""
+    optuna = optuna_module()
+    # Serialized as claims are: on SQLite two workers could both fail the trial, and both queue it again.
+    with _claims_serialized(study._storage):
+        optuna.storages.fail_stale_trials(study)
 
 
 def trial_for(study, spec, queue, trial_id):

@@ -13,6 +13,8 @@ It writes OUTDIR/worker<index>.json (pid, argv, TF_CONFIG) once started, then:
   worker's, so the ports the launcher picked are free here and reach the others;
 - `fail`: one progress line, one error line, exit 1; `exit:N`: exit N;
 - `kill` / `stop`: SIGKILL / SIGSTOP itself; `wait`: sleep (the test signals it);
+- `kill_before:N` / `stop_before:N`: SIGKILL / SIGSTOP itself while the launcher's OPT_TRAIN_RESTART_COUNT
+  is below N, else `meet` (each attempt's record is also kept as worker<index>-attempt<count>.json);
 - `peer`: as a worker inside a collective: runs while every other worker does, and once
   one is gone (exited, or killed, by a signal or by the launcher) fails at once, exit 1;
   a worker that fails in a sweep's trial writes its failure record into TF_WORKER_LOGDIR,
@@ -113,18 +115,25 @@ def main(outdir, plan):
         config = None
         index = int(os.environ["HOROVOD_RANK"])
         record = {"pid": os.getpid(), "argv": sys.argv, "horovod_rank": index,
-                  "horovod_size": int(os.environ["HOROVOD_SIZE"])}
+                  "horovod_size": int(os.environ["HOROVOD_SIZE"]),
+                  "rendezvous_port": os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")}
     else:
         config = check_tf_config()
         index = config["task"]["index"]
         record = {"pid": os.getpid(), "argv": sys.argv, "tf_config": config}
     action = plan.get(str(index), "meet")
+    attempt = int(os.environ.get("OPT_TRAIN_RESTART_COUNT", "0"))
+    record["restart_count"] = attempt
+    if action.startswith(("kill_before:", "stop_before:")):
+        action = action.split("_")[0] if attempt < int(action.split(":")[1]) else "meet"
     seen = []
     if action == "count_signals":
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, lambda n, f: seen.append(n))
     path = os.path.join(outdir, f"worker{index}.json")
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+    with open(os.path.join(outdir, f"worker{index}-attempt{attempt}.json"), "w", encoding="utf-8") as handle:
         json.dump(record, handle)
     os.replace(path + ".tmp", path)
     if action == "meet":

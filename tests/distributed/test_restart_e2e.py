@@ -1,0 +1,59 @@
+"""`opt-train train --np 2 --max-restarts 2` on real tf.distribute workers: worker 1 SIGKILLs itself in the first
+two attempts (tests/distributed/restart_model.py), the launcher relaunches the job from the newest checkpoint
+twice, and the run ends with every tensor of its checkpoint byte-identical to an uninterrupted `--np 2` run's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.distributed.test_tf_launch_e2e import ENV, JOB_TIMEOUT_SECONDS, model_weights
+from tests.support import REPO, read_json
+
+pytestmark = pytest.mark.slow
+
+RUN = """\
+model: {factory: "tests.distributed.restart_model:build"}
+model_params: {hidden_units: 8, kill_at_call: 30, kill_worker: 1}
+data: digits
+batch_size_per_gpu: 16
+optimizer: Adam
+optimizer_params: {learning_rate: 0.01}
+max_steps: 80
+save_checkpoint_steps: 20
+print_loss_steps: 20
+save_summaries_steps: null
+eval_steps: null
+rank_timeout_secs: 5
+"""
+
+
+def train(tmp_path, name, kill_before):
+    config = tmp_path / "run.yaml"
+    config.write_text(RUN)
+    argv = [sys.executable, "-m", "opt_train", "train", "--np", "2", "--max-restarts", "2", "--config", str(config),
+            "--set", f"model_params.kill_before={kill_before}", "--set", f"logdir={tmp_path / name}"]
+    job = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS)
+    return job, tmp_path / name
+
+
+def test_a_job_killed_twice_restarts_and_ends_byte_identical_to_an_uninterrupted_one(tmp_path):
+    job, logdir = train(tmp_path, "restarted", kill_before=2)
+    assert job.returncode == 0, job.stderr[-4000:]
+    restarts = [line for line in job.stderr.splitlines() if line.startswith("restart ")]
+    assert len(restarts) == 2 and all("worker 1 failed (killed by SIGKILL)" in line for line in restarts), restarts
+    # Each attempt got as far as its kill, update 30 of the first and 20 + 30 of the second, and the next resumed
+    # from the checkpoint before it.
+    output = job.stdout + job.stderr
+    resumed = [line for line in output.splitlines() if "resumed from" in line]
+    assert len(resumed) == 2 and "ckpt-20" in resumed[0] and "ckpt-40" in resumed[1], output[-4000:]
+
+    reference, reference_dir = train(tmp_path, "uninterrupted", kill_before=0)
+    assert reference.returncode == 0 and "restart " not in reference.stderr, reference.stderr[-4000:]
+    assert read_json(logdir / "final_metrics.json")["global_step"] == 80
+    weights, expected = model_weights(logdir), model_weights(reference_dir)
+    assert expected and sorted(weights) == sorted(expected)
+    for key, value in expected.items():
+        assert weights[key].tobytes() == value.tobytes(), key
