@@ -90,6 +90,10 @@ def test_bad_launcher_flags_are_one_line_exit_2(cli, tmp_path):
                  "--launcher", "slurm", "--sbatch-args", "--time='5")
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines()[-1].startswith("Error: --sbatch-args: No closing quotation")
+    result = cli("sweep", "--config", CONFIGS / "default.yaml", *GRID, "--out", tmp_path / "s",
+                 "--launcher", "slurm", "--gpus", "0,1")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: --gpus: only with --launcher local")
 
 
 def test_without_slurm_commands_the_slurm_launcher_is_refused(cli, tmp_path, monkeypatch):
