@@ -1,5 +1,5 @@
 """The errors every layer shares (TF-free): `ParamError` (a check's parameter, code and value), `TrainingFailed`,
-and the exit codes a run ends with."""
+`Interrupted`, and the exit codes a run ends with."""
 
 from __future__ import annotations
 
@@ -68,6 +68,18 @@ def keras_text(param, message, value=None):
     if value is None:
         return head if head.endswith(".") else f"{head}."
     return f"{head}. Received: {param}={value!r}" if param else f"{head}. Received: {value!r}"
+
+
+class Interrupted(RuntimeError):
+    """The run was asked to stop (SIGINT, SIGTERM) and stopped where it could (an update boundary, or before
+    any worker started to train).
+
+    `exit_code` is the shell's code for that signal, 128 + its number.
+    """
+
+    def __init__(self, message, signal_number):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number
 
 
 class TrainingFailed(RuntimeError):

@@ -42,7 +42,8 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
         )
         resume = False
     backend = backend or get_backend(
-        config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs
+        config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs,
+        startup_timeout=config.startup_timeout_secs,
     )
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
     with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
