@@ -72,7 +72,9 @@ def _signals_stop(cluster):
         raise Interrupted(f"worker {cluster.task_index}: interrupted by {name} while waiting for the other "
                           "workers to start: nothing trained, nothing saved", number)
 
-    previous = {number: signal.signal(number, stop) for number in _SIGNALS}
+    # A signal ignored (a job started with nohup, or in a script's background) stays ignored.
+    previous = {number: signal.signal(number, stop) for number in _SIGNALS
+                if signal.getsignal(number) is not signal.SIG_IGN}
     try:
         yield
     finally:
@@ -281,7 +283,8 @@ class _Follower:
         if self.waiting_for:
             raise TrainingFailed(
                 f"worker {me} of {count}: never heard from {_workers_text(self.cluster, self.waiting_for)} "
-                f"within {timeout:g} s ({key}; worker 0 waited for them too); nothing was trained")
+                f"within {timeout:g} s ({key}; worker 0 was waiting for {'it' if len(self.waiting_for) == 1 else 'them'} "
+                "too); nothing was trained")
         raise TrainingFailed(
             f"worker {me} of {count}: never heard from {_workers_text(self.cluster, [0])} within {timeout:g} s "
             f"({key}); nothing was trained")
@@ -310,7 +313,7 @@ class _Follower:
                         waited = words[-1]
                         raise TrainingFailed(
                             f"worker {me} of {count}: never heard from {_workers_text(self.cluster, numbers)}: "
-                            f"worker 0 waited {waited} s ({key}) for them; nothing was trained")
+                            f"worker 0 waited {waited} s ({key}); nothing was trained")
                     elif words[:1] == ["refused"]:
                         raise TrainingFailed(
                             f"worker {me} of {count}: worker 0's TF_CONFIG names {' '.join(words[1:])} workers, "
