@@ -45,6 +45,13 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
         config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs,
         startup_timeout=config.startup_timeout_secs,
     )
+    if backend.num_workers > 1:
+        from opt_train.distributed.launcher import NOUNS
+        from opt_train.training.progress import worker_line
+
+        # Every worker's own log (a pod's) starts by saying which worker it is.
+        noun = NOUNS.get(config.distributed, "worker")
+        print(worker_line(noun, backend, config.batch_size_per_gpu, config.iter_size), flush=True)
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
     with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
         run = build_run(config, backend)
@@ -358,7 +365,16 @@ class Session:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             evaluated = f"eval {shown}; " if shown else ""  # --mode train evaluates nothing
             self.progress.message(f"done: step {self.step}; {evaluated}logdir {config.logdir}")
+        else:
+            self.progress.message(f"done: step {self.step} ({self._worker_name()}); worker 0 reports the figures "
+                                  f"in logdir {config.logdir}", every_worker=True)
         return final
+
+    def _worker_name(self):
+        backend = self.run.backend
+        from opt_train.distributed.launcher import NOUNS
+
+        return f"{NOUNS.get(self.config.distributed, 'worker')} {backend.worker_index} of {backend.num_workers}"
 
     def _earlier_train_figures(self):
         """What the run that trained to this step reported: final_metrics.json, else its metrics.jsonl.
@@ -423,7 +439,8 @@ class Session:
         self.run.backend.leave()
         if self.chief:
             self.reporter.record({"step": self.step, "interrupted": name})
-        raise Interrupted(f"interrupted by {name} at step {self.step}: {saved}", signal_number)
+        who = "" if self.chief else f"{self._worker_name()}: "
+        raise Interrupted(f"{who}interrupted by {name} at step {self.step}: {saved}", signal_number)
 
     def _stop_if_pruned(self):
         """Asks the sweep's pruner after an evaluation; a pruned trial saves a checkpoint here and stops."""
