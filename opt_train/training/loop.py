@@ -229,14 +229,17 @@ class Session:
             # call; that step itself runs alone when it needs statistics or summaries.
             target = self._next_event_step(end)
             summarize, reporting = self._wants_summaries(target), self._reports(target)
-            alone = summarize or reporting
+            # A profiled update runs as one update call: a trace holding `run`'s while loop is divided
+            # at the loop's iterations rather than at the step markers (the Overview page found no step).
+            alone = summarize or reporting or self.profiler.alone(target)
             quiet = target - self.step - (1 if alone else 0)
             result = None
-            if quiet:
-                self._count_losses(train_op.run(self.iterator, quiet))
-            if alone and int(train_op.global_step.numpy()) == target - 1:
-                result = train_op.update(self.iterator, summarize=summarize, statistics=reporting)
-                self._count_losses(result["loss"])
+            with self.profiler.marker(target):  # inside a profiled range, target is the next step
+                if quiet:
+                    self._count_losses(train_op.run(self.iterator, quiet))
+                if alone and int(train_op.global_step.numpy()) == target - 1:
+                    result = train_op.update(self.iterator, summarize=summarize, statistics=reporting)
+                    self._count_losses(result["loss"])
             # Skipped updates may not count: the step is what the train op says it is.
             self.step = int(train_op.global_step.numpy())
             self.profiler.at(self.step)
