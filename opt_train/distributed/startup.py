@@ -50,7 +50,7 @@ def wait_for_workers(cluster, timeout, key="startup_timeout_secs", say=None):
     if cluster.num_workers <= 1:
         return
     say = say or _print
-    with _signals_stop(cluster):
+    with stop_on_signals(f"worker {cluster.task_index}"):
         meeting = _Leader(cluster) if cluster.task_index == 0 else _Follower(cluster)
         meeting.run(time.monotonic() + timeout, timeout, key, say)
 
@@ -60,17 +60,21 @@ def _print(line):
 
 
 @contextlib.contextmanager
-def _signals_stop(cluster):
-    """SIGINT / SIGTERM raise `Interrupted` while the workers meet (main thread only; elsewhere as they were)."""
+def stop_on_signals(name):
+    """SIGINT / SIGTERM raise `Interrupted` while the workers meet (main thread only; elsewhere as they were).
+
+    `name`: this process in the line (`worker 0`, `rank 1`).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
+    who, noun = name, name.split()[0]
+
     def stop(number, frame):
         del frame
-        name = signal.Signals(number).name
-        raise Interrupted(f"worker {cluster.task_index}: interrupted by {name} while waiting for the other "
-                          "workers to start: nothing trained, nothing saved", number)
+        raise Interrupted(f"{who}: interrupted by {signal.Signals(number).name} while waiting for the other "
+                          f"{noun}s to start: nothing trained, nothing saved", number)
 
     # A signal ignored (a job started with nohup, or in a script's background) stays ignored.
     previous = {number: signal.signal(number, stop) for number in _SIGNALS

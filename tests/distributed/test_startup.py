@@ -20,7 +20,7 @@ import yaml
 from opt_train.distributed.cluster import Cluster
 from opt_train.distributed.startup import wait_for_workers
 from opt_train.errors import TrainingFailed
-from tests.distributed.conftest import free_ports
+from tests.distributed.conftest import HOROVOD_INSTALLED, free_ports
 from tests.support import REPO, unlaunched_environ
 
 # Far above a lone worker's whole life here (the TensorFlow import and the wait); reaching it means a hang.
@@ -86,22 +86,28 @@ def test_worker_0s_port_is_free_again_for_tensorflow():
 # -- opt-train train as a lone worker, a real process -------------------------------------------
 
 
-def lone_worker(tmp_path, timeout_secs):
-    """`opt-train train` as worker 0 of a 2-worker TF_CONFIG whose worker 1 never starts."""
+def start_alone(tmp_path, environment, **settings):
+    """`opt-train train` of a tiny run with `settings`, in `environment` (a worker's or a rank's)."""
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
         "model": "mlp", "model_params": {"hidden_units": [8]}, "data": "digits", "max_steps": 5,
-        "distributed": "tf", "startup_timeout_secs": timeout_secs, "logdir": str(tmp_path / "run"),
+        "logdir": str(tmp_path / "run"), **settings,
     }))
-    ports = free_ports(2)
-    tf_config = {"cluster": {"worker": [f"localhost:{port}" for port in ports]}, "task": {"type": "worker", "index": 0}}
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "opt_train", "train", "--config", str(config)], cwd=REPO,
-        env=unlaunched_environ(TF_CONFIG=json.dumps(tf_config), PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3"),
+        env=unlaunched_environ(**environment, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         # SIGINT at its default, as a terminal leaves it (a suite run in the background has it ignored).
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def lone_worker(tmp_path, timeout_secs):
+    """`opt-train train` as worker 0 of a 2-worker TF_CONFIG whose worker 1 never starts."""
+    ports = free_ports(2)
+    tf_config = {"cluster": {"worker": [f"localhost:{port}" for port in ports]}, "task": {"type": "worker", "index": 0}}
+    process = start_alone(tmp_path, {"TF_CONFIG": json.dumps(tf_config)},
+                          distributed="tf", startup_timeout_secs=timeout_secs)
     return process, f"localhost:{ports[1]}"
 
 
@@ -131,3 +137,51 @@ def test_a_signal_ends_a_lone_worker_while_it_waits(tmp_path, number):
     assert err.strip().splitlines() == [
         f"worker 0: interrupted by {name} while waiting for the other workers to start: nothing trained, "
         "nothing saved"], err
+
+
+# -- a Horovod rank started by hand (its rendezvous server and environment as horovodrun makes them) --
+
+
+@pytest.fixture
+def lone_rank(tmp_path):
+    """Starts rank 0 of a 2-rank Horovod job whose rank 1 never starts: `start(timeout_secs) -> process`."""
+    if not HOROVOD_INSTALLED:
+        pytest.skip("Horovod is not installed (bash scripts/install_horovod.sh)")
+    from opt_train.distributed.horovod import Rendezvous
+
+    rendezvous = Rendezvous("localhost:2", 2)
+    processes = []
+
+    def start(timeout_secs):
+        _, _, environment = rendezvous.ranks[0]
+        processes.append(start_alone(tmp_path, environment, use_horovod=True, startup_timeout_secs=timeout_secs))
+        return processes[-1]
+
+    yield start
+    for process in processes:
+        process.kill()
+    rendezvous.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_a_lone_horovod_rank_ends_after_startup_timeout_secs_naming_the_rank_that_never_came(lone_rank):
+    process = lone_rank(3)
+    out, err = process.communicate(timeout=HANG_SECONDS)
+    assert process.returncode == 1, out + err
+    assert err.strip().splitlines()[-1] == (
+        "Error: rank 0 of 2: never heard from rank 1 within 3 s (startup_timeout_secs); nothing was trained"), err
+    assert "rank 0 of 2: waiting for rank 1 to start, at most 3 s (startup_timeout_secs)" in out
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_sigterm_ends_a_lone_horovod_rank_while_it_waits(lone_rank):
+    process = lone_rank(3600)
+    line = process.stdout.readline()
+    assert "rank 0 of 2: waiting for rank 1" in line, line
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=HANG_SECONDS)
+    assert process.returncode == 143, out + err
+    assert err.strip().splitlines()[-1] == (
+        "rank 0: interrupted by SIGTERM while waiting for the other ranks to start: nothing trained, nothing saved")
