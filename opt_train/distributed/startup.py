@@ -132,6 +132,7 @@ class _Leader:
         self.cluster = cluster
         self.peers = {}  # worker number -> _Lines
         self.connections = set()  # every accepted connection still open
+        self.heard = set()  # every worker that said hello, even if it left again
         self.selector = selectors.DefaultSelector()
 
     def _listen(self):
@@ -161,11 +162,7 @@ class _Leader:
             while self.missing():
                 now = time.monotonic()
                 if now >= deadline:
-                    text = _workers_text(self.cluster, self.missing())
-                    self._send_all(f"missing {' '.join(map(str, self.missing()))} {timeout:g}")
-                    raise TrainingFailed(
-                        f"worker 0 of {self.cluster.num_workers}: never heard from {text} within {timeout:g} s "
-                        f"({key}); nothing was trained")
+                    self._give_up(timeout, key)
                 if not noted and now - started >= WAIT_NOTE_SECONDS:
                     noted = True
                     say(f"worker 0 of {self.cluster.num_workers}: waiting for "
@@ -185,6 +182,18 @@ class _Leader:
                 self._drop(lines)
             self.selector.close()
             server.close()
+
+    def _give_up(self, timeout, key):
+        """Tells the workers still here whom it waited for, and raises its own line."""
+        never = [n for n in self.missing() if n not in self.heard]
+        self._send_all(f"missing {' '.join(map(str, never or self.missing()))} {timeout:g}")
+        count = self.cluster.num_workers
+        if never:
+            raise TrainingFailed(f"worker 0 of {count}: never heard from {_workers_text(self.cluster, never)} within "
+                                 f"{timeout:g} s ({key}); nothing was trained")
+        # Each came, but not all stayed until the last was there (a worker gave up at its own deadline).
+        raise TrainingFailed(f"worker 0 of {count}: {_workers_text(self.cluster, self.missing())} came but left "
+                             f"before all were up, within {timeout:g} s ({key}); nothing was trained")
 
     def _accept(self, server):
         try:
@@ -220,6 +229,7 @@ class _Leader:
                     self._drop(old)  # it connected again: the new connection is the live one
                 lines.worker = number
                 self.peers[number] = lines
+                self.heard.add(number)
                 _send(lines, "waiting " + " ".join(map(str, self.missing())))
             else:
                 lines.closed = True  # not a worker of ours
