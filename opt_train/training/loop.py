@@ -369,15 +369,18 @@ class Session:
             evaluated = f"eval {shown}; " if shown else ""  # --mode train evaluates nothing
             self.progress.message(f"done: step {self.step}; {evaluated}logdir {config.logdir}")
         else:
-            self.progress.message(f"done: step {self.step} ({self._worker_name()}); worker 0 reports the figures "
-                                  f"in logdir {config.logdir}", every_worker=True)
+            self.progress.message(f"done: step {self.step} ({self._worker_name()}); {self._noun()} 0 reports the "
+                                  f"figures in logdir {config.logdir}", every_worker=True)
         return final
 
-    def _worker_name(self):
-        backend = self.run.backend
+    def _noun(self):
+        """What this backend calls a worker (`worker`, `rank`)."""
         from opt_train.distributed.launcher import NOUNS
 
-        return f"{NOUNS.get(self.config.distributed, 'worker')} {backend.worker_index} of {backend.num_workers}"
+        return NOUNS.get(self.config.distributed, "worker")
+
+    def _worker_name(self):
+        return f"{self._noun()} {self.run.backend.worker_index} of {self.run.backend.num_workers}"
 
     def _earlier_train_figures(self):
         """What the run that trained to this step reported: final_metrics.json, else its metrics.jsonl.
