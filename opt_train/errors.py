@@ -1,5 +1,5 @@
 """The errors every layer shares (TF-free): `ParamError` (a check's parameter, code and value), `RunRefused`,
-`TrainingFailed`, and the exit codes a run ends with."""
+`TrainingFailed`, `Interrupted`, and the exit codes a run ends with."""
 
 from __future__ import annotations
 
@@ -78,6 +78,17 @@ class RunRefused(ValueError):
     the checkpoint-path reader (`opt_train.checkpoint_paths`) that raises it serves the
     config layer too; `opt_train.training.errors` re-exports it.
     """
+
+class Interrupted(RuntimeError):
+    """The run was asked to stop (SIGINT, SIGTERM) and stopped where it could (an update boundary, or before
+    any worker started to train).
+
+    `exit_code` is the shell's code for that signal, 128 + its number.
+    """
+
+    def __init__(self, message, signal_number):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number
 
 
 class TrainingFailed(RuntimeError):

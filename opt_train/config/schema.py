@@ -136,6 +136,10 @@ class TrainConfig:
     rank_timeout_secs: float = key(
         60.0, rules.positive_float, "number > 0",
         "a worker stopped, dead or unreachable this long ends the job", run=False)
+    startup_timeout_secs: float = key(
+        300.0, rules.positive_float, "number > 0",
+        "a `TF_CONFIG` / SLURM worker waits this long for the others to start, then ends naming them",
+        run=False)
     max_grad_norm: float | None = key(
         None, names.MAX_GRAD_NORM, "number > 0 or null", "clip gradients by their global norm",
         feeds="clip_gradients")

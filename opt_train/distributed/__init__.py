@@ -10,7 +10,7 @@ from opt_train.distributed.names import BACKENDS
 from opt_train.distributed.single import SingleProcess
 
 
-def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None):
+def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None, startup_timeout=None):
     """The backend for this process.
 
     Args:
@@ -20,18 +20,22 @@ def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None):
         num_gpus: replicas in this process (tf.distribute). Defaults to `None` (one).
         rank_timeout: seconds the ranks wait for one that stopped answering (the
             config's `rank_timeout_secs`); None keeps the engine's default.
+        startup_timeout: seconds a `TF_CONFIG` / SLURM worker or a Horovod rank waits for
+            the others to start (the config's `startup_timeout_secs`); None: TensorFlow's
+            own wait (tf), `horovod.START_WAIT_SECONDS` (Horovod).
     """
     if distributed not in BACKENDS:
         raise ValueError(f"`distributed` must be one of {list(BACKENDS)}. Received: distributed={distributed!r}")
     if distributed == "horovod":
         from opt_train.distributed.horovod import HorovodBackend
 
-        return HorovodBackend(rank_timeout=rank_timeout)
+        return HorovodBackend(rank_timeout=rank_timeout, startup_timeout=startup_timeout)
     if distributed == "tf":
         from opt_train.distributed.cluster import cluster_from_environment
         from opt_train.distributed.tfdist import StrategyBackend
 
-        return StrategyBackend(num_gpus=num_gpus, rank_timeout=rank_timeout, cluster=cluster_from_environment())
+        return StrategyBackend(num_gpus=num_gpus, rank_timeout=rank_timeout, cluster=cluster_from_environment(),
+                               startup_timeout=startup_timeout)
     return SingleProcess()
 
 

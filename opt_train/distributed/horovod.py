@@ -21,8 +21,9 @@ A rank that stops answering (stopped, dead, unreachable) ends the job through Gl
 own timeout, `HOROVOD_GLOO_TIMEOUT_SECONDS`, set from `rank_timeout_secs`. Horovod
 reads that variable in `hvd.init()` and applies it to the rendezvous too, where ranks
 that finish importing TensorFlow seconds apart would time out (the process aborts);
-so the ranks first wait for each other in the rendezvous server's key-value store,
-with no short timeout, and call `hvd.init()` together. `rendezvous()` gives
+so the ranks first wait for each other in the rendezvous server's key-value store, at
+most `startup_timeout_secs` (then a rank ends naming the ranks it never heard from;
+SIGINT / SIGTERM end the wait), and call `hvd.init()` together. `rendezvous()` gives
 `opt-train train --np N` (opt_train/distributed/launcher.py) the same server and
 per-rank environment that `horovodrun --gloo` sets up.
 """
@@ -36,6 +37,7 @@ import urllib.request
 
 from opt_train.distributed.base import Backend, HorovodUnavailableError
 from opt_train.distributed.placement import share_cpu_threads
+from opt_train.errors import TrainingFailed
 
 INSTALL_COMMAND = "bash scripts/install_horovod.sh"
 # The ad-hoc key-value scope the ranks meet in before `hvd.init()`.
@@ -120,32 +122,50 @@ def _launched_size():
     return int(value) if value.isdigit() else 1
 
 
-def _wait_for_every_rank():
+def _wait_for_every_rank(timeout=START_WAIT_SECONDS, key="startup_timeout_secs"):
     """Returns once every rank of the job has reached this point (through the rendezvous store).
 
     Without a rendezvous server in the environment (MPI, or a single process) there is
-    nobody to ask: returns at once.
+    nobody to ask: returns at once. Past `timeout` seconds raises `TrainingFailed`, one
+    line naming the ranks never heard from (`hvd.init()` would block on them in C++,
+    deaf to signals); SIGINT / SIGTERM meanwhile raise `Interrupted` (130 / 143).
     """
+    from opt_train.distributed.startup import WAIT_NOTE_SECONDS, stop_on_signals
+
     address = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
     port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     rank = os.environ.get("HOROVOD_RANK")
     if not (address and port and rank is not None):
         return
+    size = _launched_size()
     base = f"http://{address}:{port}/{_START_SCOPE}"
-    urllib.request.urlopen(urllib.request.Request(f"{base}/{rank}", data=b"1", method="PUT"), timeout=30).close()
-    waiting = set(range(_launched_size())) - {int(rank)}
-    deadline = time.monotonic() + START_WAIT_SECONDS
-    while waiting and time.monotonic() < deadline:
-        for other in sorted(waiting):
-            try:
-                urllib.request.urlopen(f"{base}/{other}", timeout=30).close()
-                waiting.discard(other)
-            except urllib.error.HTTPError as error:
-                if error.code != 404:  # 404: that rank has not arrived yet
-                    raise
-        if waiting:
-            time.sleep(0.1)
-    # Ranks still missing: hvd.init() times out on them and names Gloo's timeout.
+    with stop_on_signals(f"rank {rank}"):
+        urllib.request.urlopen(urllib.request.Request(f"{base}/{rank}", data=b"1", method="PUT"), timeout=30).close()
+        waiting = set(range(size)) - {int(rank)}
+        started = time.monotonic()
+        deadline = started + timeout
+        noted = False
+        while waiting and time.monotonic() < deadline:
+            if not noted and time.monotonic() - started >= WAIT_NOTE_SECONDS:
+                noted = True
+                print(f"rank {rank} of {size}: waiting for {_ranks_text(waiting)} to start, at most {timeout:g} s "
+                      f"({key})", flush=True)
+            for other in sorted(waiting):
+                try:
+                    urllib.request.urlopen(f"{base}/{other}", timeout=30).close()
+                    waiting.discard(other)
+                except urllib.error.HTTPError as error:
+                    if error.code != 404:  # 404: that rank has not arrived yet
+                        raise
+            if waiting:
+                time.sleep(0.1)
+    if waiting:
+        raise TrainingFailed(f"rank {rank} of {size}: never heard from {_ranks_text(waiting)} within {timeout:g} s "
+                             f"({key}); nothing was trained")
+
+
+def _ranks_text(numbers):
+    return f"{'rank' if len(numbers) == 1 else 'ranks'} {', '.join(map(str, sorted(numbers)))}"
 
 
 class Rendezvous:
@@ -217,19 +237,22 @@ class HorovodBackend(Backend):
         rank_timeout: seconds a collective waits for a rank that stopped answering
             before the job fails (Gloo's timeout); None keeps Horovod's (30 s).
             Defaults to `None`.
+        startup_timeout: seconds a rank waits in the rendezvous store for the others
+            before it ends naming them; None: `START_WAIT_SECONDS`. Defaults to `None`.
     """
 
-    def __init__(self, sparse_as_dense="auto", configure_devices=True, rank_timeout=None):
+    def __init__(self, sparse_as_dense="auto", configure_devices=True, rank_timeout=None, startup_timeout=None):
         if sparse_as_dense not in (True, False, "auto"):
             raise ValueError(
                 "`sparse_as_dense` must be True, False or 'auto'. "
                 f"Received: sparse_as_dense={sparse_as_dense!r}"
             )
         self._hvd = _import_horovod()
-        if rank_timeout is not None and _launched_size() > 1:
-            # The user's own HOROVOD_GLOO_TIMEOUT_SECONDS wins; Gloo takes whole seconds.
-            os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, round(rank_timeout))))
-            _wait_for_every_rank()
+        if (rank_timeout is not None or startup_timeout is not None) and _launched_size() > 1:
+            if rank_timeout is not None:
+                # The user's own HOROVOD_GLOO_TIMEOUT_SECONDS wins; Gloo takes whole seconds.
+                os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, round(rank_timeout))))
+            _wait_for_every_rank(START_WAIT_SECONDS if startup_timeout is None else startup_timeout)
         self._hvd.init()
         self.size = self._hvd.size()
         self.rank = self._hvd.rank()

@@ -96,9 +96,12 @@ class StrategyBackend(Backend):
             before the job fails (`CommunicationOptions.timeout_seconds`); None: no bound.
         cluster: an `opt_train.distributed.cluster.Cluster`, or None for this
             process alone. Defaults to `None`.
+        startup_timeout: seconds this worker waits for the others to start before it
+            ends naming them (`opt_train.distributed.startup`); None: TensorFlow's own
+            wait, unbounded by opt-train and deaf to signals. Defaults to `None`.
     """
 
-    def __init__(self, num_gpus=None, rank_timeout=None, cluster=None):
+    def __init__(self, num_gpus=None, rank_timeout=None, cluster=None, startup_timeout=None):
         import tensorflow as tf
 
         self.rank_timeout = rank_timeout
@@ -128,7 +131,12 @@ class StrategyBackend(Backend):
                 timeout_seconds=rank_timeout,
                 implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
             )
-            self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+            if startup_timeout is not None:
+                from opt_train.distributed.startup import wait_for_workers
+
+                wait_for_workers(cluster, startup_timeout)
+            self.strategy = _without_tf_sigterm(
+                lambda: tf.distribute.MultiWorkerMirroredStrategy(communication_options=options))
             self._workers, self._worker, self._chief = cluster.num_workers, cluster.task_index, cluster.is_chief
         self.notes = tuple(n for n in notes if n)
         self.size = self.strategy.num_replicas_in_sync
@@ -283,6 +291,21 @@ class StrategyBackend(Backend):
             return f"worker {self._worker}: another worker did not answer {bound}(rank_timeout_secs); the job stopped"
         # Not a timeout: said the moment a peer's connection broke, it must not claim one.
         return f"worker {self._worker}: another worker failed or was stopped (its connection broke); the job stopped"
+
+
+def _without_tf_sigterm(make):
+    """`make()`, with SIGTERM's handler as it was before: TensorFlow's coordination service takes SIGTERM
+    for its preemption notifier (which opt-train does not use), and a SIGTERM it took ended nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return make()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        return make()
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _reduce_op(op):

@@ -1,19 +1,8 @@
 """How a run ends early: the training layer's exceptions (TF-free, so the CLI can catch them cheaply)."""
 
-from opt_train.errors import PRUNED_EXIT_CODE, RunRefused, TrainingFailed
+from opt_train.errors import PRUNED_EXIT_CODE, Interrupted, RunRefused, TrainingFailed
 
 __all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed"]
-
-
-class Interrupted(RuntimeError):
-    """The run was asked to stop (SIGINT, SIGTERM) and stopped at an update boundary.
-
-    `exit_code` is the shell's code for that signal, 128 + its number.
-    """
-
-    def __init__(self, message, signal_number):
-        super().__init__(message)
-        self.exit_code = 128 + signal_number
 
 
 class Pruned(Interrupted):

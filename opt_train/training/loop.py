@@ -42,8 +42,16 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
         )
         resume = False
     backend = backend or get_backend(
-        config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs
+        config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs,
+        startup_timeout=config.startup_timeout_secs,
     )
+    if backend.num_workers > 1:
+        from opt_train.distributed.launcher import NOUNS
+        from opt_train.training.progress import worker_line
+
+        # Every worker's own log (a pod's) starts by saying which worker it is.
+        noun = NOUNS.get(config.distributed, "worker")
+        print(worker_line(noun, backend, config.batch_size_per_gpu, config.iter_size), flush=True)
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
     with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
         run = build_run(config, backend)
@@ -228,14 +236,17 @@ class Session:
             # call; that step itself runs alone when it needs statistics or summaries.
             target = self._next_event_step(end)
             summarize, reporting = self._wants_summaries(target), self._reports(target)
-            alone = summarize or reporting
+            # A profiled update runs as one update call: a trace holding `run`'s while loop is divided
+            # at the loop's iterations rather than at the step markers (the Overview page found no step).
+            alone = summarize or reporting or self.profiler.alone(target)
             quiet = target - self.step - (1 if alone else 0)
             result = None
-            if quiet:
-                self._count_losses(train_op.run(self.iterator, quiet))
-            if alone and int(train_op.global_step.numpy()) == target - 1:
-                result = train_op.update(self.iterator, summarize=summarize, statistics=reporting)
-                self._count_losses(result["loss"])
+            with self.profiler.marker(target):  # inside a profiled range, target is the next step
+                if quiet:
+                    self._count_losses(train_op.run(self.iterator, quiet))
+                if alone and int(train_op.global_step.numpy()) == target - 1:
+                    result = train_op.update(self.iterator, summarize=summarize, statistics=reporting)
+                    self._count_losses(result["loss"])
             # Skipped updates may not count: the step is what the train op says it is.
             self.step = int(train_op.global_step.numpy())
             self.profiler.at(self.step)
@@ -364,7 +375,19 @@ class Session:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in self.eval_results.items())
             evaluated = f"eval {shown}; " if shown else ""  # --mode train evaluates nothing
             self.progress.message(f"done: step {self.step}; {evaluated}logdir {config.logdir}")
+        else:
+            self.progress.message(f"done: step {self.step} ({self._worker_name()}); {self._noun()} 0 reports the "
+                                  f"figures in logdir {config.logdir}", every_worker=True)
         return final
+
+    def _noun(self):
+        """What this backend calls a worker (`worker`, `rank`)."""
+        from opt_train.distributed.launcher import NOUNS
+
+        return NOUNS.get(self.config.distributed, "worker")
+
+    def _worker_name(self):
+        return f"{self._noun()} {self.run.backend.worker_index} of {self.run.backend.num_workers}"
 
     def _earlier_train_figures(self):
         """What the run that trained to this step reported: final_metrics.json, else its metrics.jsonl.
@@ -429,7 +452,8 @@ class Session:
         self.run.backend.leave()
         if self.chief:
             self.reporter.record({"step": self.step, "interrupted": name})
-        raise Interrupted(f"interrupted by {name} at step {self.step}: {saved}", signal_number)
+        who = "" if self.chief else f"{self._worker_name()}: "
+        raise Interrupted(f"{who}interrupted by {name} at step {self.step}: {saved}", signal_number)
 
     def _stop_if_pruned(self):
         """Asks the sweep's pruner after an evaluation; a pruned trial saves a checkpoint here and stops."""

@@ -32,8 +32,9 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
-    def message(self, text):
-        if not self.enabled:
+    def message(self, text, every_worker=False):
+        """One line; `every_worker`: also from a process that reports no progress (a worker's own line)."""
+        if not (self.enabled or every_worker):
             return
         if self.live:
             self.stream.write("\r\033[K")
@@ -65,6 +66,19 @@ class Progress:
         if done <= 0:
             return None
         return elapsed / done * (self.total - step)
+
+
+def worker_line(noun, backend, batch_size_per_gpu, iter_size):
+    """Which worker this process is, and how workers x replicas make the global batch (a worker's first line).
+
+    `noun`: what the backend calls a worker (`worker`, `rank`).
+    """
+    workers, replicas = backend.num_workers, backend.replicas_per_worker
+    global_batch = backend.size * batch_size_per_gpu * iter_size
+    role = " (the chief: reports progress, writes checkpoints and summaries)" if backend.is_chief else ""
+    return (f"{noun} {backend.worker_index} of {workers}{role}: global batch {global_batch} = "
+            f"{workers} {noun}s x {replicas} replica{'s' if replicas != 1 else ''} x batch_size_per_gpu "
+            f"{batch_size_per_gpu} x iter_size {iter_size}")
 
 
 def _short(key):

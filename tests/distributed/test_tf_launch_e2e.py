@@ -143,6 +143,9 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
     saved = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
     assert saved is not None and saved.endswith(f"ckpt-{last['step']}")
     assert "Traceback" not in output and "Error:" not in output
+    # Each worker's own lines: which worker it is, first, and its own stop.
+    assert "[worker 1] worker 1 of 2: global batch 32 = 2 workers x 1 replica" in output, output[-4000:]
+    assert f"[worker 1] worker 1 of 2: interrupted by SIGTERM at step {last['step']}: checkpoint saved" in output
 
 
 def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the_doubled_batch(tmp_path, cli):
