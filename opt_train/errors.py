@@ -79,6 +79,7 @@ class RunRefused(ValueError):
     config layer too; `opt_train.training.errors` re-exports it.
     """
 
+
 class Interrupted(RuntimeError):
     """The run was asked to stop (SIGINT, SIGTERM) and stopped where it could (an update boundary, or before
     any worker started to train).
