@@ -61,6 +61,14 @@ class ParamError(ValueError):
         """
         return cls(None, code, message, value, key=key, text=message)
 
+    @classmethod
+    def said(cls, param, code, text, value=None):
+        """A problem whose whole sentence is `text`, another library's own ("`momentum` must be a float
+        between [0, 1]."): `str()` is `text` unchanged; `message` is it up to its "Received:" part, which
+        the config layer adds itself from `value`."""
+        message = text.split(" Received:", 1)[0].rstrip(" .")
+        return cls(param, code, message, value, text=text)
+
 
 def keras_text(param, message, value=None):
     """"`power` must be > 0. Received: power=0" (no "Received" part when `value` is None)."""
