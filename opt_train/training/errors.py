@@ -1,6 +1,6 @@
 """How a run ends early: the training layer's exceptions (TF-free, so the CLI can catch them cheaply)."""
 
-from opt_train.errors import PRUNED_EXIT_CODE, TrainingFailed
+from opt_train.errors import PRUNED_EXIT_CODE, BadUsage, TrainingFailed, signal_exit_code
 
 __all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed"]
 
@@ -13,10 +13,10 @@ class Interrupted(RuntimeError):
 
     def __init__(self, message, signal_number):
         super().__init__(message)
-        self.exit_code = 128 + signal_number
+        self.exit_code = signal_exit_code(signal_number)
 
 
-class RunRefused(ValueError):
+class RunRefused(BadUsage, ValueError):
     """The run cannot start as asked, and nothing was changed: exit 2, one line.
 
     The logdir holds another run, is busy, cannot be written, or a checkpoint given
@@ -27,7 +27,7 @@ class RunRefused(ValueError):
 class Pruned(Interrupted):
     """A sweep's pruner stopped this trial at an evaluation; a checkpoint was saved there.
 
-    `exit_code` is 3, so the sweep records the trial as pruned rather than failed.
+    `exit_code` is `PRUNED_EXIT_CODE`, so the sweep records the trial as pruned rather than failed.
     """
 
     def __init__(self, message):
