@@ -77,3 +77,35 @@ def test_what_validate_accepts_keras_takes():
         keras.optimizers.SGD(**params)  # Keras itself refuses the int
     optimizer = OPTIMIZER_CLS_NAMES["SGD"](**params)
     assert optimizer.momentum == 1.0 and isinstance(optimizer.momentum, float)
+
+
+# Keras's own tests of these refusals (site-packages keras/src/optimizers/*_test.py), run on opt-train's
+# classes: (test module, TestCase, test, {name the test module uses: opt-train's optimizer}).
+UPSTREAM = [
+    ("sgd_test", "SGDTest", "test_invalid_momentum", {"SGD": "SGD"}),
+    ("lion_test", "LionTest", "test_invalid_beta_1", {"Lion": "Lion"}),
+    ("adamw_test", "AdamWTest", "test_weight_decay_is_none", {"AdamW": "AdamW"}),
+    *[("ftrl_test", "FtrlTest", f"test_invalid_{name}", {"Ftrl": "KerasFtrl"})
+      for name in ("initial_accumulator_value", "learning_rate_power", "l1_regularization_strength",
+                   "l2_regularization_strength", "l2_shrinkage_regularization_strength")],
+    ("optimizer_test", "OptimizerTest", "test_clip_args", {"optimizers": {"SGD": "SGD"}}),
+]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # Keras's own marks, read on import
+@pytest.mark.parametrize("module, case, test, ours", UPSTREAM, ids=[test for _, _, test, _ in UPSTREAM])
+def test_keras_s_own_tests_pass_on_opt_train_s_classes(module, case, test, ours, monkeypatch):
+    import importlib
+    import types
+    import unittest
+
+    tests = importlib.import_module(f"keras.src.optimizers.{module}")
+    for name, target in ours.items():
+        if isinstance(target, dict):  # a module the test reads classes from: only ours in it
+            target = types.SimpleNamespace(**{attr: OPTIMIZER_CLS_NAMES[value] for attr, value in target.items()})
+        else:
+            target = OPTIMIZER_CLS_NAMES[target]
+        monkeypatch.setattr(tests, name, target)
+    result = unittest.TestResult()
+    getattr(tests, case)(test).run(result)
+    assert result.testsRun == 1 and result.wasSuccessful(), result.failures + result.errors
