@@ -437,12 +437,12 @@ class Launcher:
         hung = [rank for rank in self.ranks if rank.hung]
         if hung:
             rank = hung[0]
-            return FAILED_EXIT_CODE, (f"{self.noun} {rank.number} hung: stopped, not answering the other {self.noun}s "
-                       f"(rank_timeout_secs: {self.rank_timeout:g} s); the job was ended")
+            return FAILED_EXIT_CODE, (f"{self.noun} {rank.number} hung: stopped, not answering the other "
+                                      f"{self.noun}s (rank_timeout_secs: {self.rank_timeout:g} s); the job was ended")
         if self._signal and all(code in (*INTERRUPT_CODES, 0, -self._signal) for code in codes):
             return signal_exit_code(self._signal), None
-        if all(code == 0 for code in codes):
-            return 0, None
+        if all(code == DONE_EXIT_CODE for code in codes):
+            return DONE_EXIT_CODE, None
         culprit = self._culprit()
         if culprit is None:  # every rank stopped on an interrupt
             return max(codes), None
