@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import click
 
+from opt_train.suggest import closest
+
 RUN_PY_FLAGS = ("--config_file",)
 MODES = ("train", "eval", "train_eval", "infer", "interactive_infer")
 # Flags run.py takes without a value (`--use_horovod` alone: the override `--use_horovod=True`).
@@ -59,7 +61,8 @@ def is_run_py(argv):
 def _pairs(argv, strict=True):
     """`(flag, value)` for each run.py argument: `--a=b`, `--a b`, or a switch with value None.
 
-    Not `strict`, a word where a flag should be ends the pairs as `(None, word)` instead of an error.
+    Not `strict` (only asking whether the line is run.py's), a word where a flag should be ends the
+    pairs as `(None, word)`, and a flag without its value is `(flag, None)`, instead of an error.
     """
     i = 0
     while i < len(argv):
@@ -76,10 +79,16 @@ def _pairs(argv, strict=True):
             elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 value = argv[i + 1]
                 i += 1
-            else:
-                raise click.UsageError(f"{flag} needs a value (run.py: {flag}=VALUE)")
+            elif strict:
+                raise click.UsageError(f"{flag} needs a value (run.py: {flag}=VALUE){_flag_hint(flag)}")
         yield flag, value
         i += 1
+
+
+def _flag_hint(flag):
+    """"; did you mean '--verbose'?" for a misspelt flag of either form, else ''."""
+    suggestion = closest(flag, (*OWN_FLAGS, *SWITCHES, *VALUED, "--config_file", "--mode", "--benchmark"))
+    return f"; did you mean '{suggestion}'?" if suggestion and suggestion != flag else ""
 
 
 def translate(argv):

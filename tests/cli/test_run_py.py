@@ -182,3 +182,14 @@ def test_mixed_forms_train_with_every_override(main_here, tmp_path, write_config
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert (saved["max_steps"], saved["optimizer_params"]["momentum"], saved["print_loss_steps"]) == (2, 0.5, 1)
     assert read_json(tmp_path / "run" / "final_metrics.json")["global_step"] == 2
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--verbos"], "--verbos needs a value (run.py: --verbos=VALUE); did you mean '--verbose'?"),
+    (["--enable_log"], "--enable_log needs a value (run.py: --enable_log=VALUE); did you mean '--enable_logs'?"),
+])
+def test_a_misspelt_flag_of_either_form_is_one_line_exit_2(main_here, write_config, args, said):
+    """Asking whether the line is run.py's raises nothing: main() reports the translation's error, with a hint."""
+    config = write_config(RUN)
+    code, _, stderr = main_here("--config", config, *args)
+    assert code == 2 and stderr.strip() == f"Error: {said}"
