@@ -79,10 +79,24 @@ def _pairs(argv, strict=True):
             elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 value = argv[i + 1]
                 i += 1
+            elif strict and flag in _train_options():
+                raise _train_option_refused(flag)
             elif strict:
                 raise click.UsageError(f"{flag} needs a value (run.py: {flag}=VALUE){_flag_hint(flag)}")
         yield flag, value
         i += 1
+
+
+def _train_options():
+    """`opt-train train`'s own options (`--np`, `--no-resume`, ...), read from the command itself."""
+    from opt_train.cli.train import train
+
+    return {opt for param in train.params for opt in param.opts} - set(OWN_FLAGS)
+
+
+def _train_option_refused(flag):
+    return click.UsageError(f"{flag} is an option of `opt-train train`, not of the form without a command: "
+                            f"opt-train train --config CONFIG {flag} ...")
 
 
 def _flag_hint(flag):
@@ -133,6 +147,8 @@ def translate(argv):
             notes.append(f"{flag}: used by --mode infer only: ignored")
         elif flag in NOTES:
             notes.append(f"{flag}: {NOTES[flag]}")
+        elif flag in _train_options():
+            raise _train_option_refused(flag)
         else:
             # run.py's override of a base_params scalar: `/` nests, as its nest_dict.
             sets.append(f"{flag[2:].replace('/', '.')}={value}")

@@ -193,3 +193,11 @@ def test_a_misspelt_flag_of_either_form_is_one_line_exit_2(main_here, write_conf
     config = write_config(RUN)
     code, _, stderr = main_here("--config", config, *args)
     assert code == 2 and stderr.strip() == f"Error: {said}"
+
+
+@pytest.mark.parametrize("argv", [["--np", "2"], ["--no-resume"], ["--hosts=a:2,b:2"], ["--profile"]])
+def test_a_train_option_without_the_command_says_where_it_goes(argv):
+    """Not read as run.py's override of a config key (`--set: np: unknown key`)."""
+    flag = argv[0].partition("=")[0]
+    with pytest.raises(click.UsageError, match=f"{flag} is an option of `opt-train train`.*opt-train train --config"):
+        translate(["--config", "x.yaml", *argv])
