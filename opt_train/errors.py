@@ -1,7 +1,9 @@
 """The errors every layer shares (TF-free): `ParamError` (a check's parameter, code and value), `RunRefused`,
-`TrainingFailed`, `Interrupted`, and the exit codes a run ends with."""
+`TrainingFailed`, `Interrupted`, and every exit code an `opt-train` command ends with (`EXIT_CODES`, their one home)."""
 
 from __future__ import annotations
+
+import signal
 
 # The stable codes tests and tools may rely on; the wording of messages may change.
 CODES = (
@@ -20,18 +22,76 @@ CODES = (
     "user_code",  # the user's own code named by a config failed
 )
 
-# Exit codes of `opt-train` commands (documented once here; docs/INTERFACES.md lists them):
-# 0 done, 1 the run failed (`TrainingFailed`), 2 bad usage or config, 3 a sweep's pruner stopped the trial.
-# A run stopped by a signal exits 128 + its number.
-FAILED_EXIT_CODE = 1
-USAGE_EXIT_CODE = 2
+
+# ----- exit codes: an error's is its class attribute (click's `ClickException.exit_code` way); the
+# codes that end a command without an error are named here. `EXIT_CODES` is the table `opt-train
+# --help` prints and the docs' tables are held to (tests/test_errors.py). -----
+
+
+class OptTrainError(Exception):
+    """The base of the errors an `opt-train` command ends on: `exit_code` is the code it ends with.
+
+    Exit 1: the run started and cannot go on (`TrainingFailed`); a bug (any other exception)
+    ends with Python's 1 too, its traceback kept.
+    """
+
+    exit_code = 1
+
+
+class BadUsage(OptTrainError):
+    """Bad usage or a bad config (`ParamError`, the config layer's `ConfigError`, a refused logdir): exit 2,
+    one line per problem, no traceback (click's `UsageError` exits 2 as well)."""
+
+    exit_code = 2
+
+
+DONE_EXIT_CODE = 0
+FAILED_EXIT_CODE = OptTrainError.exit_code
+USAGE_EXIT_CODE = BadUsage.exit_code
+# A sweep's pruner stopped the trial at an evaluation (a checkpoint saved there): not a failure.
 PRUNED_EXIT_CODE = 3
+
+
+def signal_exit_code(signal_number):
+    """The code of a command stopped by signal `signal_number`, as a shell's: 128 + its number."""
+    return 128 + int(signal_number)
+
+
+# Ctrl-C (130) and SIGTERM (143): the run stopped at an update boundary, a checkpoint saved there.
+INTERRUPTED_EXIT_CODES = (signal_exit_code(signal.SIGINT), signal_exit_code(signal.SIGTERM))
+
+# (codes, meaning) for every way a command ends, in order.
+EXIT_CODES = (
+    ((DONE_EXIT_CODE,), 'done (also "nothing to train": the run already reached `max_steps`)'),
+    ((FAILED_EXIT_CODE,), "training failed: diverged, `on_nonfinite: stop`, too many overflows in a row, disk full, "
+                          "a rank died or hung; a sweep whose every trial failed"),
+    ((USAGE_EXIT_CODE,), "bad usage, bad config, or an unusable logdir or checkpoint: one line per problem, "
+                         "no traceback"),
+    ((PRUNED_EXIT_CODE,), "a sweep trial stopped by its pruner (a checkpoint saved there)"),
+    (INTERRUPTED_EXIT_CODES, "stopped by Ctrl-C / SIGTERM (128 + the signal's number); a checkpoint saved at the "
+                             "update it stopped on, and the same command resumes it"),
+)
+
+
+def exit_codes_markdown():
+    """`EXIT_CODES` as the docs' Markdown table (README.md, docs/commands.md)."""
+    rows = ["| code | meaning |", "|---|---|"]
+    rows += [f"| {' / '.join(map(str, codes))} | {meaning} |" for codes, meaning in EXIT_CODES]
+    return "\n".join(rows)
+
+
+def exit_codes_help():
+    """`EXIT_CODES` as the lines `opt-train --help` ends with (click keeps a paragraph after `\\b` as it is)."""
+    width = max(len(" / ".join(map(str, codes))) for codes, _ in EXIT_CODES)
+    lines = [f"  {' / '.join(map(str, codes)):<{width}}  {meaning.replace('`', '')}" for codes, meaning in EXIT_CODES]
+    return "\n".join(["\b", "Exit codes:", *lines])
+
 
 # What a parameter check may say; the others belong to reading files.
 PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing", "file_not_found")
 
 
-class ParamError(ValueError):
+class ParamError(BadUsage, ValueError):
     """A parameter that breaks its rule.
 
     `param` names it (`beta_1`), `code` is one of `PARAM_CODES`, `message` says what
@@ -61,6 +121,14 @@ class ParamError(ValueError):
         """
         return cls(None, code, message, value, key=key, text=message)
 
+    @classmethod
+    def said(cls, param, code, text, value=None):
+        """A problem whose whole sentence is `text`, another library's own ("`momentum` must be a float
+        between [0, 1]."): `str()` is `text` unchanged; `message` is it up to its "Received:" part, which
+        the config layer adds itself from `value`."""
+        message = text.split(" Received:", 1)[0].rstrip(" .")
+        return cls(param, code, message, value, text=text)
+
 
 def keras_text(param, message, value=None):
     """"`power` must be > 0. Received: power=0" (no "Received" part when `value` is None)."""
@@ -70,7 +138,7 @@ def keras_text(param, message, value=None):
     return f"{head}. Received: {param}={value!r}" if param else f"{head}. Received: {value!r}"
 
 
-class RunRefused(ValueError):
+class RunRefused(BadUsage, ValueError):
     """The run cannot start as asked, and nothing was changed: exit 2, one line.
 
     The logdir holds another run, is busy, cannot be written, or a checkpoint given
@@ -89,11 +157,9 @@ class Interrupted(RuntimeError):
 
     def __init__(self, message, signal_number):
         super().__init__(message)
-        self.exit_code = 128 + signal_number
+        self.exit_code = signal_exit_code(signal_number)
 
 
-class TrainingFailed(RuntimeError):
+class TrainingFailed(OptTrainError, RuntimeError):
     """The run started (or the sweep's study was opened) and cannot go on: diverged, too many overflows, a rank
-    died, the study's database did not answer. Exit 1, one line."""
-
-    exit_code = FAILED_EXIT_CODE
+    died, the study's database did not answer. Exit 1 (`OptTrainError`'s), one line."""

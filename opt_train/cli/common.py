@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import functools
+import signal
 
 import click
 
@@ -12,14 +13,14 @@ from opt_train.config import ConfigError, ConfigIssue, load_config
 from opt_train.distributed.base import HorovodUnavailableError
 from opt_train.distributed.cluster import ClusterError
 from opt_train.distributed.launcher import LAUNCHED_VARIABLE
-from opt_train.errors import ParamError
+from opt_train.errors import FAILED_EXIT_CODE, USAGE_EXIT_CODE, ParamError, signal_exit_code
 from opt_train.training.errors import Interrupted, RunRefused, TrainingFailed
 
 
 class ConfigUsageError(click.UsageError):
     """A bad config or bad usage: exit 2, the problems one per line, no usage banner."""
 
-    exit_code = 2
+    exit_code = USAGE_EXIT_CODE
 
     def show(self, file=None):
         click.echo(f"Error: {self.format_message()}", file=file, err=True)
@@ -28,7 +29,7 @@ class ConfigUsageError(click.UsageError):
 class TrainingFailedError(click.ClickException):
     """The run started and failed: exit 1, no traceback."""
 
-    exit_code = 1
+    exit_code = FAILED_EXIT_CODE
 
 
 # eval, export and predict from a checkpoint: with use_ema they take the averaged weights, as
@@ -149,7 +150,7 @@ def user_errors(on_failure=None):
         # loop's own stops say where they saved; this one has nothing to save.
         click.echo("interrupted by SIGINT before training started (or after it ended): nothing saved by this stop; "
                    "run the same command to start again", err=True)
-        raise click.exceptions.Exit(130) from None
+        raise click.exceptions.Exit(signal_exit_code(signal.SIGINT)) from None
     except click.exceptions.Exit:
         raise
     except click.ClickException as error:

@@ -1,10 +1,6 @@
 """The `opt-train` command group: loads each command's module only when it is used.
 
-Exit codes, in one place:
-
-  0  done
-  1  training failed (diverged, too many overflows, a rank died)
-  2  bad usage or bad config (one line per problem, no traceback)
+Its help ends with the exit codes, printed from their one home, `opt_train.errors.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ import sys
 import click
 
 from opt_train import __version__, quiet
+from opt_train.errors import FAILED_EXIT_CODE, exit_codes_help
 
 # name -> "module:attribute"; every module here imports neither TensorFlow nor
 # Keras at module level, so `opt-train --help` stays instant.
@@ -60,6 +57,7 @@ def _find_spec(target):
     invoke_without_command=True,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=exit_codes_help(),
 )
 @click.version_option(__version__, prog_name="opt-train")
 @click.option("--verbose", is_flag=True, is_eager=True, expose_value=False,
@@ -80,12 +78,11 @@ def cli(ctx, configs, overrides, mode):
     \b
     opt-train --config configs/default.yaml [--mode train|eval|train_eval]
     opt-train --config_file=x.yaml --mode=train --batch_size_per_gpu=64   (run.py's form)
+    opt-train --config x.yaml --enable_logs --set max_steps=5   (both forms mixed)
     opt-train train --config configs/default.yaml
     opt-train validate --config x.yaml --set iter_size=4
     opt-train list optimizers
     opt-train configs copy default .
-
-    Exit codes: 0 done, 1 training failed, 2 bad usage or bad config.
     """
     given = configs or overrides or mode
     if ctx.invoked_subcommand is not None:
@@ -148,7 +145,7 @@ def _exit_without_teardown(code):
         horovod.shutdown()
     if isinstance(code, str):
         sys.stderr.write(code + "\n")
-        code = 1
+        code = FAILED_EXIT_CODE  # as Python ends on `sys.exit("message")`
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

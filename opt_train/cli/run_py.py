@@ -7,11 +7,17 @@ run.py (NVIDIA/OpenSeq2Seq@8681d38, open_seq2seq/utils/utils.py `get_base_config
 overrides any scalar of `base_params` with `--key=value` (nested keys joined by `/`:
 `--optimizer_params/learning_rate=0.1`, `--use_horovod=True`). `translate` turns such a
 command line into opt-train's, with one note line for each flag whose meaning differs.
+
+A migrating user mixes both forms, in either order: opt-train's own options before a command
+(`--config`/`-c`, `--set`/`-s`, `--mode`, `--verbose`) are read here too
+(`--config_file=x.yaml --set max_steps=5`, `--config x.yaml --enable_logs`).
 """
 
 from __future__ import annotations
 
 import click
+
+from opt_train.suggest import closest
 
 RUN_PY_FLAGS = ("--config_file",)
 MODES = ("train", "eval", "train_eval", "infer", "interactive_infer")
@@ -30,38 +36,94 @@ NOTES = {
 }
 
 
+# opt-train's own options without a command (`cli.main.cli`'s), read in run.py's form too.
+CONFIG_FLAGS = ("--config", "-c")
+SET_FLAGS = ("--set", "-s")
+OWN_SWITCHES = ("--verbose",)
+OWN_FLAGS = (*CONFIG_FLAGS, *SET_FLAGS, "--mode", *OWN_SWITCHES)
+
+
 def is_run_py(argv):
-    """True when the command line is run.py's (it names `--config_file`)."""
-    return any(arg == "--config_file" or arg.startswith("--config_file=") for arg in argv)
+    """True when the command line is run.py's: it names `--config_file`, or, with no command, a flag only
+    run.py takes (`opt-train --config x.yaml --enable_logs`, `... --batch_size_per_gpu=64`)."""
+    if any(arg == "--config_file" or arg.startswith("--config_file=") for arg in argv):
+        return True
+    if any(arg in ("--help", "-h", "--version") for arg in argv):
+        return False
+    foreign = False
+    for flag, _ in _pairs(argv, strict=False):
+        if flag is None:
+            return False  # a command (or a stray word) for click to read
+        foreign = foreign or flag not in OWN_FLAGS
+    return foreign
 
 
-def _pairs(argv):
-    """`(flag, value)` for each run.py argument: `--a=b`, `--a b`, or a switch with value None."""
+def _pairs(argv, strict=True):
+    """`(flag, value)` for each run.py argument: `--a=b`, `--a b`, or a switch with value None.
+
+    Not `strict` (only asking whether the line is run.py's), a word where a flag should be ends the
+    pairs as `(None, word)`, and a flag without its value is `(flag, None)`, instead of an error.
+    """
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if not arg.startswith("--"):
+        if not arg.startswith("--") and arg not in (*CONFIG_FLAGS, *SET_FLAGS):
+            if not strict:
+                yield None, arg
+                return
             raise click.UsageError(f"run.py takes only --flags; received {arg!r}")
         flag, has_value, value = arg.partition("=")
         if not has_value:
-            if flag in SWITCHES:
+            if flag in SWITCHES or flag in OWN_SWITCHES:
                 value = None
             elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 value = argv[i + 1]
                 i += 1
-            else:
-                raise click.UsageError(f"{flag} needs a value (run.py: {flag}=VALUE)")
+            elif strict and flag in _train_options():
+                raise _train_option_refused(flag)
+            elif strict:
+                raise click.UsageError(f"{flag} needs a value (run.py: {flag}=VALUE){_flag_hint(flag)}")
         yield flag, value
         i += 1
 
 
+def _train_options():
+    """`opt-train train`'s own options (`--np`, `--no-resume`, ...), read from the command itself."""
+    from opt_train.cli.train import train
+
+    return {opt for param in train.params for opt in param.opts} - set(OWN_FLAGS)
+
+
+def _train_option_refused(flag):
+    return click.UsageError(f"{flag} is an option of `opt-train train`, not of the form without a command: "
+                            f"opt-train train --config CONFIG {flag} ...")
+
+
+def _flag_hint(flag):
+    """"; did you mean '--verbose'?" for a misspelt flag of either form, else ''."""
+    suggestion = closest(flag, (*OWN_FLAGS, *SWITCHES, *VALUED, "--config_file", "--mode", "--benchmark"))
+    return f"; did you mean '{suggestion}'?" if suggestion and suggestion != flag else ""
+
+
 def translate(argv):
-    """`(opt-train argv, notes)` for run.py's `argv`; a flag opt-train cannot honour is a `click.UsageError`."""
-    config, mode, benchmark, sets, notes = None, "train", False, [], []
+    """`(opt-train argv, notes)` for run.py's `argv`; a flag opt-train cannot honour is a `click.UsageError`.
+
+    The mode defaults to run.py's (train) when `--config_file` names the config, to opt-train's
+    (train_eval) when `--config` does.
+    """
+    if any(arg in ("--help", "-h") for arg in argv):
+        return ["--help"], []
+    configs, mode, benchmark, sets, notes, front = [], None, False, [], [], []
     bench = {}
+    run_py_config = False
     for flag, value in _pairs(argv):
-        if flag == "--config_file":
-            config = value
+        if flag == "--config_file" or flag in CONFIG_FLAGS:
+            configs.append(value)
+            run_py_config = run_py_config or flag == "--config_file"
+        elif flag in SET_FLAGS:
+            sets.append(value)
+        elif flag in OWN_SWITCHES:
+            front.append(flag)
         elif flag == "--mode":
             if value not in MODES:
                 raise click.UsageError(f"--mode: has to be one of {', '.join(MODES)} (as run.py). Received: {value!r}")
@@ -85,18 +147,23 @@ def translate(argv):
             notes.append(f"{flag}: used by --mode infer only: ignored")
         elif flag in NOTES:
             notes.append(f"{flag}: {NOTES[flag]}")
+        elif flag in _train_options():
+            raise _train_option_refused(flag)
         else:
             # run.py's override of a base_params scalar: `/` nests, as its nest_dict.
             sets.append(f"{flag[2:].replace('/', '.')}={value}")
-    if config is None:
-        raise click.UsageError("--config_file: required (run.py: --config_file=CONFIG)")
+    if not configs:
+        raise click.UsageError("--config_file: required (run.py: --config_file=CONFIG; or opt-train's --config CONFIG)")
+    if mode is None:
+        mode = "train" if run_py_config else "train_eval"
+    config_args = [part for config in configs for part in ("--config", config)]
     if benchmark:
         # run.py's --benchmark: max_steps = --bench_steps (20), timing from --bench_start.
         sets.append(f"max_steps={bench.get('--bench_steps', 20)}")
         sets.append("num_epochs=null")
         if "--bench_start" in bench:
             sets.append(f"bench_start={bench['--bench_start']}")
-        command = ["train", "--config", config, "--benchmark"]
+        command = [*front, "train", *config_args, "--benchmark"]
         if mode == "train":
             sets.append("eval_steps=null")
         elif mode == "eval":
@@ -104,7 +171,7 @@ def translate(argv):
     else:
         for flag in bench:
             notes.append(f"{flag}: used with --benchmark only: ignored")
-        command = ["--config", config, "--mode", mode]
+        command = [*front, *config_args, "--mode", mode]
     for item in sets:
         command += ["--set", item]
     return command, notes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from opt_train.errors import CODES, ParamError  # CODES: re-exported as opt_train.config.CODES
+from opt_train.errors import CODES, BadUsage, ParamError  # CODES: re-exported as opt_train.config.CODES
 
 # Where `--set key=value` overrides are said to come from.
 OVERRIDE_FILE = "--set"
@@ -58,7 +58,7 @@ class ConfigIssue:
         return self.format()
 
 
-class ConfigError(ValueError):
+class ConfigError(BadUsage, ValueError):
     """Every problem found in a config; `str()` is one line per issue, the first issue first.
 
     `details` is what the user needs beyond that line, e.g. the traceback of their own

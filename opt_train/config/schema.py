@@ -146,7 +146,8 @@ class TrainConfig:
     larc_params: LarcParams | None = key(
         None, p.optional(rules.larc_params), "mapping or null",
         "LARC: `larc_eta` (required), `larc_mode` clip/scale (clip), `min_update` (1e-7), `epsilon` (1e-7); "
-        "with `max_grad_norm`, clipping runs first (OpenSeq2Seq's order)", feeds="larc_params")
+        "with `max_grad_norm` both act, clipping first, then LARC (OpenSeq2Seq's optimize_loss refused the pair)",
+        feeds="larc_params")
     gradient_transforms: tuple = key(
         (), rules.gradient_transforms, "list",
         "your own gradient transforms, each `{factory, params, after}` (see [The gradient pipeline]"

@@ -48,13 +48,17 @@ import threading
 import time
 from typing import NamedTuple
 
+from opt_train.errors import (
+    DONE_EXIT_CODE, FAILED_EXIT_CODE, INTERRUPTED_EXIT_CODES, PRUNED_EXIT_CODE, USAGE_EXIT_CODE, signal_exit_code,
+)
+
 POLL_SECONDS = 0.1
 # After the failed rank ended, the others get this long to end on their own (a
 # collective with a dead peer fails at once) before SIGTERM, then SIGKILL.
 GRACE_SECONDS = 5.0
 # Ranks that end with these stopped on purpose, all at the same update (an interrupt, or
 # 3: a sweep's pruner stopped the trial): not failures, passed on as they are.
-INTERRUPT_CODES = (3, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+INTERRUPT_CODES = (PRUNED_EXIT_CODE, *INTERRUPTED_EXIT_CODES)
 # What a worker is called in the launcher's lines, per backend.
 NOUNS = {"horovod": "rank", "tf": "worker"}
 # Set in every worker's environment: the launcher has shown the config's notes.
@@ -139,9 +143,9 @@ def exit_description(exit_code):
 
 def exit_code(code):
     """The launcher's own exit code for a rank's returncode: 2, 3, 130, 143 passed on, anything else 1."""
-    if code in (0, 2, *INTERRUPT_CODES):
+    if code in (DONE_EXIT_CODE, USAGE_EXIT_CODE, *INTERRUPT_CODES):
         return code
-    return 1
+    return FAILED_EXIT_CODE
 
 
 def parse_hosts(hosts):
@@ -360,7 +364,7 @@ class Launcher:
         try:
             plan = self._plan()
             if self._signal:  # it came before any worker started
-                return 128 + self._signal, None
+                return signal_exit_code(self._signal), None
             self.ranks = [self._spawn(i, host, local, env, plan)
                           for i, (host, local, env) in enumerate(plan.ranks)]
             if self._signal:  # it came while the ranks were being started
@@ -460,18 +464,18 @@ class Launcher:
         hung = [rank for rank in self.ranks if rank.hung]
         if hung:
             rank = hung[0]
-            return 1, (f"{self.noun} {rank.number} hung: stopped, not answering the other {self.noun}s "
-                       f"(rank_timeout_secs: {self.rank_timeout:g} s); the job was ended")
+            return FAILED_EXIT_CODE, (f"{self.noun} {rank.number} hung: stopped, not answering the other "
+                                      f"{self.noun}s (rank_timeout_secs: {self.rank_timeout:g} s); the job was ended")
         if self._signal and all(code in (*INTERRUPT_CODES, 0, -self._signal) for code in codes):
-            return 128 + self._signal, None
-        if all(code == 0 for code in codes):
-            return 0, None
+            return signal_exit_code(self._signal), None
+        if all(code == DONE_EXIT_CODE for code in codes):
+            return DONE_EXIT_CODE, None
         culprit = self._culprit()
         if culprit is None:  # every rank stopped on an interrupt
             return max(codes), None
         code = exit_code(culprit.code)
-        if culprit.code == 2 and all(c == 2 for c in codes):
-            return 2, None  # every rank said why already (a config the ranks refused)
+        if culprit.code == USAGE_EXIT_CODE and all(c == USAGE_EXIT_CODE for c in codes):
+            return USAGE_EXIT_CODE, None  # every rank said why already (a config the ranks refused)
         said = culprit.last_error or culprit.last_line
         detail = f": {said}" if said and culprit.code >= 0 else ""
         return code, f"{self.noun} {culprit.number} failed ({exit_description(culprit.code)}){detail}"

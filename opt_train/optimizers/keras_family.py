@@ -113,10 +113,12 @@ class KerasFamilyMixin(TF1OptimizerAPI):
         given.update(given.pop("kwargs", {}))
         own = OPTIMIZER_PARAMS[self._registry_name]
         try:
-            check_args(self._registry_name, **{k: v for k, v in given.items() if k in own})
+            checked = check_args(self._registry_name, **{k: v for k, v in given.items() if k in own})
             base_args({k: v for k, v in given.items() if k not in own})
         except ParamError as error:
             raise _in_keras_words(type(self), error, given) from None
+        # As the rules read them: YAML's `momentum: 1` is the float Keras's SGD insists on, as validate judged it.
+        given.update(checked)
         deferred = {k: v for k, v in given.items() if k in self._hyperparameter_names() and callable(v)}
         # Keras checks its arguments' ranges in its constructor: it sees the callables' current values.
         super().__init__(**{**given, **{k: _checkable(v) for k, v in deferred.items()}})

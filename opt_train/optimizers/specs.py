@@ -86,11 +86,9 @@ def param_errors(name, params):
     # From Python, TF1 and Keras take a callable or a tensor for any hyperparameter (as check_args).
     errors += [error for error in found
                if not (error.param in table and error.code != "unknown_key" and deferred(params.get(error.param)))]
-    clips = [key for key in _CLIPS if params.get(key) is not None]
-    if len(clips) > 1:
-        errors.append(ParamError(
-            clips[1], "conflict", f"cannot be used together with `{clips[0]}`; set one", params[clips[1]],
-        ))
+    clash = clip_conflict(params)
+    if clash:
+        errors.append(clash)
     return params, errors
 
 
@@ -112,9 +110,11 @@ def deferred(value):
 def check_args(display, **values):
     """For an optimizer's `__init__`: checks the given constructor arguments with the table's rules.
 
-    A required argument given as None is `missing`.
+    Returns {name: value as its rule returns it} (`1` -> `1.0` for a float parameter) for
+    the arguments known now. A required argument given as None is `missing`.
     """
     table = OPTIMIZER_PARAMS[display]
+    checked = {}
     for name, value in values.items():
         param = table[name]
         if deferred(value):
@@ -124,7 +124,8 @@ def check_args(display, **values):
                 name, "missing", f"is required by {display}", None,
                 text=f"`{name}` is required by {display} (it has no default). Received: {name}=None",
             )
-        param.rule(name, value)
+        checked[name] = param.rule(name, value)
+    return checked
 
 
 def base_args(values):
@@ -132,10 +133,22 @@ def base_args(values):
     for name, value in values.items():
         if name in BASE_PARAMS:
             BASE_PARAMS[name].rule(name, value)
+    clash = clip_conflict(values)
+    if clash:
+        raise clash
+
+
+def clip_conflict(values):
+    """The `conflict` error when two of the clip arguments are set, in Keras 3's sentence (base_optimizer.py).
+
+    Filed at the second one set, with its value; None when at most one is set.
+    """
     clips = [key for key in _CLIPS if values.get(key) is not None]
-    if len(clips) > 1:
-        raise ParamError(clips[1], "conflict", f"cannot be used together with `{clips[0]}`; set one",
-                         values[clips[1]])
+    if len(clips) < 2:
+        return None
+    received = ", ".join(f"{key}={values.get(key)}" for key in _CLIPS)
+    text = f"Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: {received}"
+    return ParamError.said(clips[1], "conflict", text, values[clips[1]])
 
 
 def required_params(name):

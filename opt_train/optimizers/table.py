@@ -9,7 +9,8 @@ when used, so importing this module does not import TensorFlow.
 
 Keras' base arguments (`weight_decay`, `clipnorm`, ...) are in `BASE_PARAMS`; the
 Keras-family rules follow Keras' own checks where it has them (`SGD.momentum` in
-[0, 1], `Lion.beta_1` in (0, 1], Ftrl's signs).
+[0, 1], `Lion.beta_1` in (0, 1], Ftrl's signs), and refuse in Keras 3's own sentences
+(`keras_says`), so `opt-train validate` words them as the Keras class does.
 """
 
 from __future__ import annotations
@@ -90,6 +91,25 @@ def _pipeline_argument(replacement):
     return rule
 
 
+def keras_says(rule, text, codes=("out_of_range",)):
+    """`rule`, refusing in the Keras class's own sentence `text` (`{value}` filled in as Keras's f-string does).
+
+    Only a refusal with one of `codes` is Keras's: one Keras cannot word (it fails comparing
+    a string) keeps opt-train's. `tests/optimizers/test_keras_words.py` holds each sentence
+    to the installed Keras class's.
+    """
+
+    def worded(name, value):
+        try:
+            return rule(name, value)
+        except ParamError as error:
+            if error.code not in codes:
+                raise
+            raise ParamError.said(name, error.code, text.format(value=value), value) from None
+
+    return worded
+
+
 # Keras 3's base `Optimizer` arguments, which every optimizer here forwards.
 BASE_PARAMS = {
     "weight_decay": Param(None, p.optional(p.NON_NEGATIVE_FLOAT)),
@@ -126,6 +146,17 @@ _FTRL = {
     "l2_regularization_strength": Param(0.0, p.NON_NEGATIVE),
     "l2_shrinkage_regularization_strength": Param(0.0, p.NON_NEGATIVE),
     "beta": Param(0.0, p.optional(p.NON_NEGATIVE)),
+}
+# Keras 3.15's Ftrl: the same rules as TF1's, refused in Keras's sentences (keras/src/optimizers/ftrl.py).
+_KERAS_FTRL = {
+    "learning_rate_power": Param(-0.5, keras_says(
+        _FTRL["learning_rate_power"].rule,
+        "`learning_rate_power` needs to be negative or zero. Received: learning_rate_power={value}.")),
+    **{name: Param(_FTRL[name].default, keras_says(
+        _FTRL[name].rule, f"`{name}` needs to be positive or zero. Received: {name}={{value}}."))
+       for name in ("initial_accumulator_value", "l1_regularization_strength", "l2_regularization_strength",
+                    "l2_shrinkage_regularization_strength")},
+    "beta": _FTRL["beta"],
 }
 _RETURNN_ADAM = {
     "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
@@ -187,12 +218,18 @@ ROWS = (
     }),
     # Keras 3's classes, wrapped; TF1 names win a clash, so Keras's Adam & co. take a "Keras" prefix.
     keras_builtin("SGD", "SGD", {"momentum": "momentums"},
-          {"learning_rate": _lr(0.01), "momentum": Param(0.0, p.UNIT), "nesterov": Param(False, _BOOL)}),
+          {"learning_rate": _lr(0.01),
+           # Keras refuses a momentum that is no float, in its one sentence; YAML's `momentum: 1` passes as 1.0.
+           "momentum": Param(0.0, keras_says(p.UNIT, "`momentum` must be a float between [0, 1].",
+                                             codes=("out_of_range", "wrong_type"))),
+           "nesterov": Param(False, _BOOL)}),
     keras_builtin("Adamax", "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
     keras_builtin("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
     keras_builtin("AdamW", "AdamW", _ADAM_SLOTS, {
         "learning_rate": _lr(0.001),
-        "weight_decay": Param(0.004, p.NON_NEGATIVE_FLOAT),
+        "weight_decay": Param(0.004, keras_says(
+            p.NON_NEGATIVE_FLOAT, "Argument `weight_decay` must be a float. Received: weight_decay={value}",
+            codes=("wrong_type",))),
         **_ADAM,
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "amsgrad": Param(False, _BOOL),
@@ -207,7 +244,10 @@ ROWS = (
     }),
     keras_builtin("Lion", "Lion", {"m": "_momentums"}, {
         "learning_rate": _lr(0.001),
-        "beta_1": Param(0.9, p.number(0, 1, low_open=True, interval=True)),
+        "beta_1": Param(0.9, keras_says(
+            p.number(0, 1, low_open=True, interval=True),
+            "Argument `beta_1` must be in the [0, 1] range. Otherwise, the optimizer degenerates to SignSGD. "
+            "Received: beta_1={value}.")),
         "beta_2": Param(0.99, p.FRACTION),
     }),
     keras_builtin("Lamb", "Lamb", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
@@ -248,7 +288,7 @@ ROWS = (
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     }),
     keras_builtin("KerasFtrl", "Ftrl", {"accum": "_accumulators", "linear": "_linears"},
-                  {"learning_rate": _lr(0.001), **_FTRL}),
+                  {"learning_rate": _lr(0.001), **_KERAS_FTRL}),
     keras_builtin("KerasRMSprop", "RMSprop",
                   {"rms": "_velocities", "momentum": "_momentums", "mg": "_average_gradients"}, {
         "learning_rate": _lr(0.001),

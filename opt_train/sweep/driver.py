@@ -20,6 +20,7 @@ import types
 
 from opt_train.atomic import write_json
 from opt_train.config import ConfigError, ConfigIssue, load_config
+from opt_train.errors import INTERRUPTED_EXIT_CODES
 from opt_train.sweep import devices, hparams
 from opt_train.sweep import study as studies
 from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
@@ -45,7 +46,7 @@ from opt_train.trial import PRUNED_EXIT_CODE, clear_failure, describe, make_prun
 
 # Exit codes of a trial that was stopped (Ctrl-C, a scheduler's SIGTERM) rather than failed:
 # it stays RUNNING in the study, so the next run of the sweep resumes it.
-INTERRUPTED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
+INTERRUPTED_CODES = (*INTERRUPTED_EXIT_CODES, -signal.SIGINT, -signal.SIGTERM)
 LOCK_FILE = ".trial.lock"
 # Trial user attribute: "host:pid" of the driver that started the trial's process.
 DRIVER = "driver"

@@ -14,6 +14,8 @@ import subprocess
 import threading
 import time
 
+from opt_train.errors import signal_exit_code
+
 # Seconds between looks at the running processes when none of them ends sooner (a process's
 # end wakes the pool at once where the platform has pidfds: Linux >= 5.3).
 POLL_SECONDS = 0.2
@@ -187,6 +189,6 @@ def _raise_on_sigterm():
         return None
 
     def handler(signum, frame):
-        raise SystemExit(128 + signum)
+        raise SystemExit(signal_exit_code(signum))
 
     return signal.signal(signal.SIGTERM, handler)

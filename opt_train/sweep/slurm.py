@@ -23,7 +23,7 @@ import signal
 import subprocess
 import time
 
-from opt_train.errors import PRUNED_EXIT_CODE
+from opt_train.errors import FAILED_EXIT_CODE, PRUNED_EXIT_CODE, signal_exit_code
 from opt_train.sweep.runner import Outcome
 from opt_train.sweep.status import final_metrics, records_size, stop_record
 from opt_train.trial import read_failure
@@ -35,7 +35,7 @@ POLL_SECONDS = 2.0
 COMMAND_SECONDS = 60
 _END = object()
 # A task gone from the queue with no record of how it ended: resumed by the next run, as an interrupted trial.
-LOST_EXIT_CODE = 128 + signal.SIGTERM
+LOST_EXIT_CODE = signal_exit_code(signal.SIGTERM)
 
 
 class SlurmError(RuntimeError):
@@ -98,9 +98,9 @@ def exit_code_of(logdir, records_start):
         return PRUNED_EXIT_CODE
     interrupted = stop_record(logdir, "interrupted", records_start)
     if interrupted is not None:
-        return 128 + getattr(signal, str(interrupted["interrupted"]), signal.SIGTERM)
+        return signal_exit_code(getattr(signal, str(interrupted["interrupted"]), signal.SIGTERM))
     if read_failure(logdir) is not None:
-        return 1
+        return FAILED_EXIT_CODE
     return LOST_EXIT_CODE
 
 

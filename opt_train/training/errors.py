@@ -8,7 +8,7 @@ __all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed"]
 class Pruned(Interrupted):
     """A sweep's pruner stopped this trial at an evaluation; a checkpoint was saved there.
 
-    `exit_code` is 3, so the sweep records the trial as pruned rather than failed.
+    `exit_code` is `PRUNED_EXIT_CODE`, so the sweep records the trial as pruned rather than failed.
     """
 
     def __init__(self, message):

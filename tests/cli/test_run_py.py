@@ -1,5 +1,6 @@
 """OpenSeq2Seq's run.py command line (`--config_file=x --mode=train --key=value ...`) on opt-train."""
 
+import click
 import pytest
 import yaml
 
@@ -122,3 +123,81 @@ def test_help_still_leaves_tensorflow_out():
     done = run_python(main_code(["--help"], on_exit="assert stop.code == 0"))
     assert done.returncode == 0, done.stderr
     assert "--config_file" in done.stdout
+
+
+# What a migrating user types: run.py's flags and opt-train's options together, in either order.
+MIXED = [
+    (["--config_file=x.yaml", "--mode=train", "--set", "max_steps=5"],
+     ["--config", "x.yaml", "--mode", "train", "--set", "max_steps=5"]),
+    (["--set", "max_steps=5", "--config_file=x.yaml", "--mode=train"],
+     ["--config", "x.yaml", "--mode", "train", "--set", "max_steps=5"]),
+    (["--config_file", "x.yaml", "-s", "max_steps=5", "--set=logdir=/tmp/r", "--batch_size_per_gpu=64"],
+     ["--config", "x.yaml", "--mode", "train", "--set", "max_steps=5", "--set", "logdir=/tmp/r",
+      "--set", "batch_size_per_gpu=64"]),
+    # opt-train's --config: opt-train's default mode (train_eval), run.py's flags read as run.py's.
+    (["--config", "x.yaml", "--enable_logs"], ["--config", "x.yaml", "--mode", "train_eval"]),
+    (["--enable_logs", "-c", "x.yaml"], ["--config", "x.yaml", "--mode", "train_eval"]),
+    (["--config", "x.yaml", "--mode", "train", "--batch_size_per_gpu=64", "--optimizer_params/learning_rate", "0.1"],
+     ["--config", "x.yaml", "--mode", "train", "--set", "batch_size_per_gpu=64",
+      "--set", "optimizer_params.learning_rate=0.1"]),
+    (["-c", "base.yaml", "-c", "x.yaml", "--use_horovod", "-s", "iter_size=2"],
+     ["--config", "base.yaml", "--config", "x.yaml", "--mode", "train_eval", "--set", "use_horovod=true",
+      "--set", "iter_size=2"]),
+    (["--verbose", "--config_file=x.yaml", "--continue_learning"],
+     ["--verbose", "--config", "x.yaml", "--mode", "train"]),
+    (["--config", "x.yaml", "--benchmark", "--bench_steps=3", "--set", "iter_size=2"],
+     ["train", "--config", "x.yaml", "--benchmark", "--set", "iter_size=2", "--set", "max_steps=3",
+      "--set", "num_epochs=null"]),
+]
+
+
+@pytest.mark.parametrize("argv, command", MIXED, ids=[" ".join(argv) for argv, _ in MIXED])
+def test_run_py_flags_and_opt_train_options_mix_in_either_order(argv, command):
+    """Failed before: `--set` became run.py's override of a key `set`, and `--config` with
+    `--enable_logs` was not read as run.py's form (click: No such option)."""
+    assert is_run_py(argv)
+    assert translate(argv)[0] == command
+
+
+@pytest.mark.parametrize("argv", [
+    ["--config", "x.yaml"], ["--config", "x.yaml", "--mode", "eval", "--set", "max_steps=5"],
+    ["-c", "x.yaml", "-s", "max_steps=5"], ["--verbose", "train", "--config", "x.yaml"],
+    ["train", "--config", "x.yaml", "--enable_logs"], ["--config", "x.yaml", "train"], ["--help"],
+])
+def test_opt_train_s_own_command_lines_stay_click_s(argv):
+    assert not is_run_py(argv)
+
+
+def test_a_mixed_command_line_without_a_config_names_both_flags():
+    with pytest.raises(click.UsageError, match="--config_file: required .*--config CONFIG"):
+        translate(["--set", "max_steps=5", "--enable_logs"])
+
+
+def test_mixed_forms_train_with_every_override(main_here, tmp_path, write_config):
+    config = write_config(RUN)
+    code, _, stderr = main_here("--set", "max_steps=2", f"--config_file={config}", "--mode=train",
+                                "--optimizer_params/momentum=0.5", "-s", "print_loss_steps=1", "--enable_logs")
+    assert code == 0, stderr
+    assert "note: --enable_logs: " in stderr
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (saved["max_steps"], saved["optimizer_params"]["momentum"], saved["print_loss_steps"]) == (2, 0.5, 1)
+    assert read_json(tmp_path / "run" / "final_metrics.json")["global_step"] == 2
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--verbos"], "--verbos needs a value (run.py: --verbos=VALUE); did you mean '--verbose'?"),
+    (["--enable_log"], "--enable_log needs a value (run.py: --enable_log=VALUE); did you mean '--enable_logs'?"),
+])
+def test_a_misspelt_flag_of_either_form_is_one_line_exit_2(main_here, write_config, args, said):
+    """Asking whether the line is run.py's raises nothing: main() reports the translation's error, with a hint."""
+    config = write_config(RUN)
+    code, _, stderr = main_here("--config", config, *args)
+    assert code == 2 and stderr.strip() == f"Error: {said}"
+
+
+@pytest.mark.parametrize("argv", [["--np", "2"], ["--no-resume"], ["--hosts=a:2,b:2"], ["--profile"]])
+def test_a_train_option_without_the_command_says_where_it_goes(argv):
+    """Not read as run.py's override of a config key (`--set: np: unknown key`)."""
+    flag = argv[0].partition("=")[0]
+    with pytest.raises(click.UsageError, match=f"{flag} is an option of `opt-train train`.*opt-train train --config"):
+        translate(["--config", "x.yaml", *argv])
