@@ -345,7 +345,7 @@ class Launcher:
         try:
             while True:
                 code, message = self._attempt()
-                if message is None or self._signal or code == 2 or self.restarts >= self.max_restarts:
+                if message is None or self._signal or code == USAGE_EXIT_CODE or self.restarts >= self.max_restarts:
                     if message is not None and self.restarts:
                         message += f" (the job was restarted {self.restarts} times; --max-restarts {self.max_restarts})"
                     return code, message
