@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.distributed.test_tf_launch_e2e import losses as _losses
+from tests.distributed.test_tf_launch_e2e import model_weights as _tensors
 from tests.support import REPO, read_json, read_jsonl, unlaunched_environ
 
 pytestmark = pytest.mark.slow
@@ -37,18 +39,6 @@ eval_steps: null
 def _environ(cluster):
     return {**unlaunched_environ(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)),
             "SLURM_CONF": cluster.environ["SLURM_CONF"]}
-
-
-def _losses(logdir):
-    return {record["step"]: record["loss"] for record in read_jsonl(Path(logdir) / "metrics.jsonl") if "loss" in record}
-
-
-def _tensors(logdir):
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(Path(logdir) / "checkpoints"))
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
-            if key.startswith(("model_variables/", "optimizer/", "global_step/"))}
 
 
 def _srun(cluster, *argv):
