@@ -159,3 +159,185 @@ def layout_of(path, shape, layouts, mesh):
 def shard_shape(shape, spec, mesh):
     """The shape of one device's shard of a variable of `shape` laid out as `spec` on `mesh`."""
     return tuple(size // mesh[axis] if axis else size for size, axis in zip(shape, spec))
+
+
+# ----- the memory plan -----
+
+_ITEMSIZE = {
+    "float64": 8, "int64": 8, "uint64": 8, "complex64": 8,
+    "float32": 4, "int32": 4, "uint32": 4,
+    "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
+    "int8": 1, "uint8": 1, "bool": 1,
+}
+# What Keras' `iterations` counter takes (`dtype="int"`: int64 on TensorFlow).
+_ITERATIONS_BYTES = 8
+# The dtypes whose variables get float32 masters (`optimizers.mixed_precision.needs_master_weights`;
+# a test holds the two equal): `mixed` keeps float32 variables and needs none.
+MASTER_DTYPES = ("float16", "bfloat16")
+
+
+def itemsize(dtype_name):
+    """Bytes per element of a dtype named as TensorFlow / Keras name it ("float32", "bfloat16")."""
+    return _ITEMSIZE[str(dtype_name).removeprefix("tf.")]
+
+
+def variable_dtype(dtype):
+    """The dtype a model's float variables take under the config's `dtype` (`mixed` keeps float32 variables)."""
+    return dtype if dtype in MASTER_DTYPES else "float32"
+
+
+def format_bytes(count):
+    """`count` bytes in B, KiB, MiB or GiB ("512 B", "1.5 MiB")."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{int(count)} B"
+
+
+def _slot_shape(kind, shape):
+    if kind == "variable":
+        return shape
+    if kind == "scalar" or len(shape) < 2:  # Adafactor's placeholder for a variable it does not factor
+        return ()
+    return shape[:-1] if kind == "rows" else shape[:-2] + shape[-1:]
+
+
+def slot_layout(kind, shape, spec):
+    """The layout of a slot of `kind` (a table `Slot.shape`) for a variable of `shape` laid out as `spec`.
+
+    A slot shaped like its variable takes its layout; Adafactor's factored slots keep the
+    layout of the dimensions they keep; scalars are replicated.
+    """
+    if kind == "variable":
+        return tuple(spec)
+    if kind == "scalar" or len(shape) < 2:
+        return ()
+    return tuple(spec[:-1]) if kind == "rows" else tuple(spec[:-2]) + tuple(spec[-1:])
+
+
+def _muon_uses_adam(path, shape, params):
+    """Keras 3's `Muon._should_use_adamw`: all but 2-D weights, embeddings and `exclude_layers` go to AdamW."""
+    if len(shape) != 2:
+        return True
+    if params.get("exclude_embeddings", True) and "embedding" in path.lower():
+        return True
+    return any(re.search(keyword, path) for keyword in params.get("exclude_layers") or ())
+
+
+def slot_exists(slot, row, params, path, shape):
+    """Whether `slot` of the optimizer `row` is created for the variable at `path` with `shape`."""
+    if slot.when is None:
+        return True
+    if slot.when == "adam_variable":
+        return _muon_uses_adam(path, shape, params)
+    value = params.get(slot.when, row.params[slot.when].default)
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class VariablePlan:
+    """One model variable's bytes per device: its weight and the optimizer state created for it."""
+
+    path: str
+    shape: tuple
+    layout: tuple
+    weights: int
+    state: int
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes per device of the model's weights and the optimizer's state, as laid out on the mesh.
+
+    Optimizer state is every slot (as the optimizer table describes it), the float32
+    masters of `dtype: float16 | bfloat16`, the `iter_size` accumulators and the EMA copies,
+    each sharded as its variable, plus the optimizer's scalars, replicated on every device.
+    `state_known` is False for a user's optimizer class (its slots are counted as none).
+    """
+
+    weights: int
+    optimizer_state: int
+    variables: tuple = field(default=())
+    scalars: int = 0
+    devices: int = 1
+    state_known: bool = True
+
+    @property
+    def total(self):
+        return self.weights + self.optimizer_state
+
+    def line(self):
+        """`memory per device: weights X, optimizer state Y, total Z`."""
+        if not self.state_known:
+            return (f"memory per device: weights {format_bytes(self.weights)}, optimizer state unknown "
+                    f"(a user optimizer class), total at least {format_bytes(self.total)}")
+        return (f"memory per device: weights {format_bytes(self.weights)}, optimizer state "
+                f"{format_bytes(self.optimizer_state)}, total {format_bytes(self.total)}")
+
+
+def _row_of(optimizer):
+    from opt_train.optimizers.table import TABLE, is_path, resolve
+
+    if not isinstance(optimizer, str) or is_path(optimizer):
+        return None
+    return TABLE[resolve(optimizer)]
+
+
+def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32", iter_size=1, ema=False,
+                mesh=None, layouts=None):
+    """The `MemoryPlan` of a model's `variables` trained by `optimizer` on `mesh` with `layouts`.
+
+    Args:
+        variables: `(path, shape, dtype_name)` per model variable, or `(path, shape, dtype_name,
+            trainable)`; a non-trainable one (a moving mean) gets no optimizer state.
+        optimizer: a name from the optimizer table (any accepted spelling), or a user class
+            path (its state is then unknown).
+        optimizer_params: the config's `optimizer_params` (the conditions of the slots, `use_ema`).
+        dtype: the config's `dtype`; float16 / bfloat16 variables get float32 masters, and the
+            optimizer's state lives on those masters.
+        iter_size: above 1, one float32 accumulator per trainable variable.
+        ema: EMA copies (also when `optimizer_params.use_ema`).
+        mesh: `{axis: size}` (`mesh_axes`); None or `{}` for one device.
+        layouts: `{regex: spec}` (`check_layouts`).
+    """
+    params = dict(optimizer_params or {})
+    mesh = dict(mesh or {})
+    layouts = dict(layouts or {})
+    row = _row_of(optimizer)
+    ema = bool(ema or params.get("use_ema"))
+    masters = dtype in MASTER_DTYPES
+    planned = []
+    for entry in variables:
+        path, shape, dtype_name = entry[0], tuple(int(size) for size in entry[1]), entry[2]
+        trainable = entry[3] if len(entry) > 3 else True
+        spec = layout_of(path, shape, layouts, mesh)
+        local = math.prod(shard_shape(shape, spec, mesh))
+        weights = local * itemsize(dtype_name)
+        state = 0
+        if trainable:
+            # The optimizer builds on the float32 master of a low-precision variable.
+            target = "float32" if masters and dtype_name in MASTER_DTYPES else dtype_name
+            if target != dtype_name:
+                state += local * itemsize(target)
+            for slot in row.state if row is not None else ():
+                if not slot_exists(slot, row, params, path, shape):
+                    continue
+                slot_shape = _slot_shape(slot.shape, shape)
+                slot_spec = slot_layout(slot.shape, shape, spec)
+                slot_dtype = slot.dtype or ("int32" if slot_shape == () and slot.shape in ("rows", "columns")
+                                            else target)
+                state += math.prod(shard_shape(slot_shape, slot_spec, mesh)) * itemsize(slot_dtype)
+            if ema:
+                state += local * itemsize(target)
+            if iter_size > 1:
+                state += local * itemsize("float32")
+        planned.append(VariablePlan(path, shape, spec, weights, state))
+    scalars = _ITERATIONS_BYTES + (row.scalars * itemsize("float32") if row is not None else 0)
+    return MemoryPlan(
+        weights=sum(item.weights for item in planned),
+        optimizer_state=sum(item.state for item in planned) + scalars,
+        variables=tuple(planned),
+        scalars=scalars,
+        devices=mesh_devices(mesh),
+        state_known=row is not None,
+    )
