@@ -113,6 +113,44 @@ def distribution(values):
     return {"distributed": distributed, "use_horovod": use_horovod, "num_gpus": num_gpus}
 
 
+def mesh_placement(values):
+    """What a mesh may be combined with, and what its `layouts` may name, known without the model's shapes.
+
+    A mesh is a way to place a run of its own: not beside `num_gpus` replicas or Horovod ranks.
+    `layouts` need a mesh and may name only its axes; a `mesh_batch_axis` set to an axis the mesh
+    lacks would replicate the batch instead of splitting it. The shapes (a sharded dimension the
+    axis size must divide) are checked where the model's variables are known: `validate`'s memory
+    plan for a built-in model, the DTensor backend for any model.
+    """
+    from opt_train.distributed.mesh_layout import DEFAULT_BATCH_AXIS
+
+    mesh, layouts, batch_axis = values["mesh"], values["layouts"], values["mesh_batch_axis"]
+    if not mesh:
+        if layouts:
+            raise ParamError.at("layouts", "conflict",
+                                "layouts need a mesh to lay variables out on; set `mesh` (e.g. {batch: 2, model: 2}) "
+                                "or remove layouts", dict(layouts))
+        return
+    if values["use_horovod"] or values["distributed"] == "horovod":
+        raise ParamError.at("mesh", "conflict",
+                            "a mesh places the run itself (DTensor); it cannot run under Horovod: remove `mesh` or "
+                            "`use_horovod` / `distributed: horovod`", dict(mesh))
+    if values["num_gpus"] is not None and values["num_gpus"] > 1:
+        raise ParamError.at("mesh", "conflict",
+                            f"a mesh takes its devices from its own axes; it cannot be combined with num_gpus: "
+                            f"{values['num_gpus']} replicas: remove one", dict(mesh))
+    if batch_axis != DEFAULT_BATCH_AXIS and batch_axis not in mesh:
+        raise ParamError.at("mesh_batch_axis", "unknown_name",
+                            f"mesh_batch_axis names {batch_axis!r}, which the mesh lacks (mesh axes: {', '.join(mesh)})",
+                            batch_axis)
+    for pattern, spec in layouts.items():
+        for axis in spec:
+            if axis is not None and axis not in mesh:
+                raise ParamError.at("layouts", "unknown_name",
+                                    f"layouts[{pattern!r}] names axis {axis!r}, which the mesh lacks "
+                                    f"(mesh axes: {', '.join(mesh)})", axis)
+
+
 def user_code(values, locations):
     """What can be known of the user's code without running it: its modules exist (found, not
     imported), and a factory defined in a .py source takes the parameters the config gives."""
@@ -170,6 +208,7 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
+    (("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus"), "mesh", mesh_placement),
 )
 
 

@@ -205,14 +205,13 @@ def _slot_shape(kind, shape):
 def slot_layout(kind, shape, spec):
     """The layout of a slot of `kind` (a table `Slot.shape`) for a variable of `shape` laid out as `spec`.
 
-    A slot shaped like its variable takes its layout; Adafactor's factored slots keep the
-    layout of the dimensions they keep; scalars are replicated.
+    A slot shaped like its variable takes the variable's layout. Every other slot (a scalar
+    such as NovoGrad's per-variable norm, Adafactor's factored rows and columns) is
+    replicated, as the DTensor backend creates it: each device holds all of it.
     """
     if kind == "variable":
         return tuple(spec)
-    if kind == "scalar" or len(shape) < 2:
-        return ()
-    return tuple(spec[:-1]) if kind == "rows" else tuple(spec[:-2]) + tuple(spec[-1:])
+    return (None,) * len(_slot_shape(kind, tuple(shape)))
 
 
 def _muon_uses_adam(path, shape, params):

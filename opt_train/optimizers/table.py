@@ -31,7 +31,8 @@ class Slot:
     `shape` says which shape it takes from its variable: "variable" (the same shape, laid out
     as the variable), "scalar" (shape (), replicated), or Adafactor's factored pair "rows"
     (the shape without its last dimension) and "columns" (without its second-to-last); a
-    factored slot of a variable of rank < 2 is a scalar placeholder. `when` names what
+    factored slot of a variable of rank < 2 is a scalar placeholder. Under a mesh only a
+    "variable" slot is sharded (as its variable); the others are replicated. `when` names what
     the slot needs to exist: a constructor parameter that must be true / non-zero
     ("amsgrad", "momentum"), or "adam_variable" (Muon: the variables it trains with AdamW).
     `dtype` is the slot's own dtype when it is not its variable's ("float32", "int32").
