@@ -71,6 +71,9 @@ def build_run(config, backend, *, with_train_op=True):
     data = data._replace(task=_scored_as_output(config, model, data.task))
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
+    if backend.mesh is not None:
+        with _config_key(config, "layouts"):
+            backend.place_model(model)  # every variable a DVariable of its layout (distributed/mesh.py)
     max_steps, updates_per_epoch = run_length(config, data)
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None,
               notes=tuple(filter(None, [batch_norm_note(config, backend, model)])))
@@ -84,6 +87,45 @@ def build_run(config, backend, *, with_train_op=True):
             run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
+
+
+def backend_for(config):
+    """The process group `config` asks for: a DTensor mesh (`mesh:`), else its `distributed` backend.
+
+    A bad mesh (more devices than the machine's GPUs) is a ConfigError at `mesh`.
+    """
+    from opt_train.distributed import get_backend
+    from opt_train.distributed.mesh_layout import mesh_axes
+
+    mesh = getattr(config, "mesh", None)
+    if not mesh_axes(mesh):
+        return get_backend(config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs)
+    refusal = mesh_refusal(config)
+    if refusal:
+        raise ConfigError([config.issue(*refusal)])
+    from opt_train.distributed.mesh import MeshBackend
+
+    with _config_key(config, "mesh"):
+        return MeshBackend(mesh, getattr(config, "layouts", None) or {},
+                           getattr(config, "mesh_batch_axis", None) or "batch")
+
+
+def mesh_refusal(config):
+    """(key, message, code) when `mesh` cannot combine with the config's other placement keys, else None.
+
+    A mesh is one process's devices; a mesh across several processes (DTensor's
+    multi-client mode) is not wired yet.
+    """
+    if config.distributed == "horovod":
+        return ("mesh", "mesh cannot be combined with Horovod (distributed: horovod): a mesh lays one "
+                "process's devices out itself; leave one of the two out", "conflict")
+    if config.distributed != "none":
+        return ("mesh", f"mesh runs in one process; a mesh across several workers (distributed: "
+                f"{config.distributed}) is not supported yet", "conflict")
+    if config.num_gpus and config.num_gpus > 1:
+        return ("mesh", f"mesh cannot be combined with num_gpus: {config.num_gpus}: the mesh's axes say how many "
+                "devices the run takes; leave num_gpus out", "conflict")
+    return None
 
 
 def batch_norm_note(config, backend, model):
