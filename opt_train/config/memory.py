@@ -59,6 +59,8 @@ def plan(config, variables, *, mesh=True):
         ema=bool(config.optimizer_params.get("use_ema")),
         mesh=config.mesh if mesh else None,
         layouts=config.layouts if mesh else None,
+        # As training.builder.learning_rate_schedule decides: a constant rate stays a float, a variable.
+        rate_variable=config.lr_policy in (None, "fixed") and not config.warmup and config.lr_control is None,
     )
 
 

@@ -250,7 +250,8 @@ class MemoryPlan:
 
     Optimizer state is every slot (as the optimizer table describes it), the float32
     masters of `dtype: float16 | bfloat16`, the `iter_size` accumulators and the EMA copies,
-    each sharded as its variable, plus the optimizer's scalars, replicated on every device.
+    each sharded as its variable, plus the optimizer's scalars (`iterations`, a learning rate held
+    as a variable, its own such as TF1 Adam's beta powers), replicated on every device.
     `state_known` is False for a user's optimizer class (its slots are counted as none).
     """
 
@@ -283,7 +284,7 @@ def _row_of(optimizer):
 
 
 def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32", iter_size=1, ema=False,
-                mesh=None, layouts=None):
+                mesh=None, layouts=None, rate_variable=True):
     """The `MemoryPlan` of a model's `variables` trained by `optimizer` on `mesh` with `layouts`.
 
     Args:
@@ -298,6 +299,8 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
         ema: EMA copies (also when `optimizer_params.use_ema`).
         mesh: `{axis: size}` (`mesh_axes`); None or `{}` for one device.
         layouts: `{regex: spec}` (`check_layouts`).
+        rate_variable: whether the optimizer holds its learning rate as a variable (a float rate
+            does, a schedule does not).
     """
     params = dict(optimizer_params or {})
     mesh = dict(mesh or {})
@@ -331,7 +334,8 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
             if iter_size > 1:
                 state += local * itemsize("float32")
         planned.append(VariablePlan(path, shape, spec, weights, state))
-    scalars = _ITERATIONS_BYTES + (row.scalars * itemsize("float32") if row is not None else 0)
+    own = (row.scalars if row is not None else 0) + (1 if rate_variable else 0)
+    scalars = _ITERATIONS_BYTES + own * itemsize("float32")
     return MemoryPlan(
         weights=sum(item.weights for item in planned),
         optimizer_state=sum(item.state for item in planned) + scalars,
