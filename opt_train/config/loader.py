@@ -81,10 +81,15 @@ def derived(config, world_size=1):
                 examples // world_size, config.batch_size_per_gpu * replicas, replicas=replicas)
         except ParamError as error:
             raise ConfigError([config.issue_for("data_params", error)]) from None
-    return {
+    figures = {
         "distributed": config.distributed,
         "world_size": world_size,
         "replicas_per_worker": replicas,
         "global_batch": config.batch_size_per_gpu * world_size * replicas * config.iter_size,
         "steps_per_epoch": steps,
     }
+    if config.mesh:
+        from opt_train.distributed.mesh_layout import mesh_devices
+
+        figures["mesh_devices"] = mesh_devices(config.mesh)
+    return figures
