@@ -139,6 +139,12 @@ def mesh_placement(values):
         raise ParamError.at("mesh", "conflict",
                             f"a mesh takes its devices from its own axes; it cannot be combined with num_gpus: "
                             f"{values['num_gpus']} replicas: remove one", dict(mesh))
+    if values["distributed"] == "tf":
+        # DTensor's multi-client mode formed a 2x2 mesh of two local CPU processes in a probe, but its
+        # dataset input is single-client only (NotImplementedError) and it is not wired here.
+        raise ParamError.at("mesh", "conflict",
+                            "a mesh runs in one process; a mesh across several workers (distributed: tf, "
+                            "train --np) is not supported: remove `distributed: tf` or `mesh`", dict(mesh))
     if batch_axis != DEFAULT_BATCH_AXIS and batch_axis not in mesh:
         raise ParamError.at("mesh_batch_axis", "unknown_name",
                             f"mesh_batch_axis names {batch_axis!r}, which the mesh lacks (mesh axes: {', '.join(mesh)})",

@@ -101,6 +101,7 @@ def test_every_config_gets_one_memory_line_and_a_factory_model_waits_for_its_bui
     (MESH + "num_gpus: 2\n", "mesh", "conflict", "num_gpus"),
     (MESH + "use_horovod: true\n", "mesh", "conflict", "Horovod"),
     (MESH + "distributed: horovod\n", "mesh", "conflict", "Horovod"),
+    (MESH + "distributed: tf\n", "mesh", "conflict", "several workers"),
     ("mesh: {batch: 2}\nlayouts:\n  '.*kernel': [null, model]\n", "layouts", "unknown_name", "lacks"),
     ("layouts:\n  '.*kernel': [null, model]\n", "layouts", "conflict", "need a mesh"),
     ("mesh: {batch: 2, model: 2}\nlayouts:\n  '(kernel': [null, model]\n", "layouts", "wrong_type", "regular expr"),
