@@ -265,3 +265,25 @@ def test_iter_size_accumulators_are_one_float32_copy_per_trainable_variable(tran
     without = plan_memory(variables, optimizer="GradientDescent", iter_size=1)
     assert with_accumulators.optimizer_state - without.optimizer_state == sum(
         _nbytes(v) for v in state.accumulators)
+
+
+REQUIRED_VALUES = {"learning_rate": 0.01, "momentum": 0.9}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_every_optimizers_table_state_is_what_its_class_builds(name, transformer_task):
+    """The table's `state` and `scalars` of every optimizer against the variables its class creates, on a
+    model with matrices, 3-D attention kernels, vectors and an embedding (Muon and Adafactor treat them apart)."""
+    from opt_train.models.transformer import build_transformer
+    from opt_train.optimizers import get
+
+    row = TABLE[name]
+    params = {param: REQUIRED_VALUES[param] for param, spec in row.params.items() if spec.required}
+    params.setdefault("learning_rate", 0.01)
+    model = build_transformer(transformer_task, d_model=16, num_heads=2, num_layers=1, ff_dim=24, dropout=0.0,
+                              activation="relu")
+    optimizer = get(name, **params)
+    optimizer.build(model.trainable_variables)
+    variables = [(v.path, tuple(v.shape), v.dtype) for v in model.weights]
+    planned = plan_memory(variables, optimizer=name, optimizer_params=params)
+    assert planned.optimizer_state == sum(_nbytes(v) for v in optimizer.variables)
