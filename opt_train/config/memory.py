@@ -14,6 +14,7 @@ from opt_train.distributed.mesh_layout import plan_memory, variable_dtype
 from opt_train.errors import ParamError
 
 UNKNOWN = "memory per device: unknown until built ({why}); `train` prints it once the model is built"
+WITHOUT_MESH = "memory per device without the mesh:"
 
 
 def model_variables(config):
@@ -65,12 +66,21 @@ def plan(config, variables, *, mesh=True):
 
 
 def memory_lines(config):
-    """`memory per device: weights X, optimizer state Y, total Z` for the run, and with a mesh a second line
-    for the same run on one device. A layout that does not fit a variable's shape is a `ConfigError` at
-    `layouts` (the line where it was set), as `train` would refuse it."""
+    """What `validate` prints: `plan_lines` of the config's built-in model, else one "unknown until built" line."""
     variables, why = model_variables(config)
     if variables is None:
         return [UNKNOWN.format(why=why)]
+    return plan_lines(config, variables)
+
+
+def plan_lines(config, variables):
+    """`memory per device: weights X, optimizer state Y, total Z` for `variables` trained as `config` says, and
+    with a mesh a second line, `memory per device without the mesh: ...`, for the same run on one device.
+
+    `variables`: `(path, shape, dtype[, trainable])` (a built model's `model.weights`, or `model_variables`).
+    A layout that does not fit a variable's shape, or a `layouts` key that is the first match of no variable,
+    is a `ConfigError` at `layouts` (the line where it was set).
+    """
     try:
         laid_out = plan(config, variables)
     except ParamError as error:
@@ -87,7 +97,7 @@ def memory_lines(config):
             f"(its paths: {', '.join(item.path for item in laid_out.variables)})", unmatched[0])
         raise ConfigError([config.issue_for("layouts", error)])
     alone = plan(config, variables, mesh=False)
-    return [laid_out.line(), alone.line().replace("memory per device:", "memory per device without the mesh:", 1)]
+    return [laid_out.line(), alone.line().replace("memory per device:", WITHOUT_MESH, 1)]
 
 
 def _first(config, path):
