@@ -27,6 +27,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 _owners = threading.local()
+_HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
 @contextlib.contextmanager
@@ -87,18 +88,16 @@ def _creator(mesh):
     def create(next_creator, **kwargs):
         initial = kwargs.pop("initial_value")
         dtype = kwargs.pop("dtype", None)
-        if callable(initial):
-            initial = initial()
-        if not dtensor.is_dtensor(initial):
-            initial = tf.convert_to_tensor(initial, dtype=dtype)
-        layout = _state_layout(mesh, initial.shape)
-        with dtensor.default_mesh(mesh):
-            return dtensor.DVariable(
-                place(initial, layout),
-                trainable=kwargs.get("trainable", True),
-                name=kwargs.get("name"),
-                dtype=dtype,
-            )
+        # On the host, then laid out: Keras creates a slot colocated with its variable, whose
+        # device is DTensor's own; an initial value made there is no ordinary tensor.
+        with tf.device(_HOST):
+            if callable(initial):
+                initial = initial()
+            if not dtensor.is_dtensor(initial):
+                initial = tf.convert_to_tensor(initial, dtype=dtype)
+        value = place(initial, _state_layout(mesh, initial.shape))
+        return dtensor.DVariable(value, trainable=kwargs.get("trainable", True), name=kwargs.get("name"),
+                                 dtype=dtype)
 
     return create
 
@@ -177,10 +176,8 @@ def to_dvariable(variable, layout):
     if inner is variable:
         raise TypeError(f"`{getattr(variable, 'name', variable)}` is a plain tf.Variable, not a Keras variable: "
                         "it cannot be swapped for a DVariable")
-    with dtensor.default_mesh(layout.mesh):
-        variable._value = dtensor.DVariable(
-            place(inner.read_value(), layout), trainable=inner.trainable, name=inner.name.split(":")[0]
-        )
+    value = place(inner.read_value(), layout)
+    variable._value = dtensor.DVariable(value, trainable=inner.trainable, name=inner.name.split(":")[0])
     return variable
 
 

@@ -75,8 +75,8 @@ def build_run(config, backend, *, with_train_op=True):
         with _config_key(config, "layouts"):
             backend.place_model(model)  # every variable a DVariable of its layout (distributed/mesh.py)
     max_steps, updates_per_epoch = run_length(config, data)
-    run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None,
-              notes=tuple(filter(None, [batch_norm_note(config, backend, model)])))
+    notes = [batch_norm_note(config, backend, model), *(memory_notes(config, model) if with_train_op else ())]
+    run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None, notes=tuple(filter(None, notes)))
     if with_train_op:
         run.schedule, optimizer_params = learning_rate_schedule(
             config, max_steps, updates_per_epoch, constant_as_schedule=config.lr_control is not None
@@ -92,40 +92,36 @@ def build_run(config, backend, *, with_train_op=True):
 def backend_for(config):
     """The process group `config` asks for: a DTensor mesh (`mesh:`), else its `distributed` backend.
 
-    A bad mesh (more devices than the machine's GPUs) is a ConfigError at `mesh`.
+    What a mesh cannot combine with (Horovod, workers, num_gpus) was refused when the config
+    loaded (`config/validate.py`); a mesh larger than the machine's GPUs is a ConfigError at `mesh`.
     """
     from opt_train.distributed import get_backend
     from opt_train.distributed.mesh_layout import mesh_axes
 
-    mesh = getattr(config, "mesh", None)
+    mesh = config.mesh
     if not mesh_axes(mesh):
         return get_backend(config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs)
-    refusal = mesh_refusal(config)
-    if refusal:
-        raise ConfigError([config.issue(*refusal)])
     from opt_train.distributed.mesh import MeshBackend
 
     with _config_key(config, "mesh"):
-        return MeshBackend(mesh, getattr(config, "layouts", None) or {},
-                           getattr(config, "mesh_batch_axis", None) or "batch")
+        return MeshBackend(mesh, config.layouts, config.mesh_batch_axis)
 
 
-def mesh_refusal(config):
-    """(key, message, code) when `mesh` cannot combine with the config's other placement keys, else None.
+def memory_notes(config, model):
+    """The memory plan's lines for a model built by code (a factory, a Keras application), sized now it is built.
 
-    A mesh is one process's devices; a mesh across several processes (DTensor's
-    multi-client mode) is not wired yet.
+    A built-in model's plan is `validate`'s (`opt_train.config.memory`), known before TensorFlow starts.
     """
-    if config.distributed == "horovod":
-        return ("mesh", "mesh cannot be combined with Horovod (distributed: horovod): a mesh lays one "
-                "process's devices out itself; leave one of the two out", "conflict")
-    if config.distributed != "none":
-        return ("mesh", f"mesh runs in one process; a mesh across several workers (distributed: "
-                f"{config.distributed}) is not supported yet", "conflict")
-    if config.num_gpus and config.num_gpus > 1:
-        return ("mesh", f"mesh cannot be combined with num_gpus: {config.num_gpus}: the mesh's axes say how many "
-                "devices the run takes; leave num_gpus out", "conflict")
-    return None
+    from opt_train.config.memory import plan
+
+    if isinstance(config.model, str):
+        return ()
+    variables = [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]
+    lines = [plan(config, variables).line()]
+    if config.mesh:
+        alone = plan(config, variables, mesh=False).line()
+        lines.append(alone.replace("memory per device:", "memory per device without the mesh:", 1))
+    return tuple(lines)
 
 
 def batch_norm_note(config, backend, model):

@@ -1,0 +1,320 @@
+"""The DTensor mesh backend (opt_train/distributed/mesh.py) against one unsharded process on the same global batch.
+
+Real `opt-train train` runs on 4 logical CPU devices: `mesh: {batch: 2, model: 2}` with every
+kernel's output dimension on `model` (tensor parallel), and `mesh: {batch: 4}` with every
+kernel's input dimension on `batch` (fully sharded). Each must train as one process trains
+the same global batch: the losses it reports (metrics.jsonl) within 1e-4, the final weights
+(the checkpoint) within 1e-5. The CPU is split into devices when TensorFlow starts, so the
+mesh runs share one fresh process per fixture (tests/distributed/mesh_runner.py); the
+one-process references train in this process.
+
+The guard against plain variables and the Python API (`optimizers.get(..., mesh=mesh)`)
+run here on a one-device mesh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.support import REPO
+
+GLOBAL_BATCH = 64
+BASE = {
+    "model": "mlp",
+    "model_params": {"hidden_units": [32]},
+    "data": "digits",
+    "max_steps": 4,
+    "print_loss_steps": 1,
+    "eval_steps": None,
+    "save_checkpoint_steps": 4,
+    "save_summaries_steps": None,
+    "export": False,
+    "random_seed": 0,
+}
+MESHES = {
+    "2x2": ({"batch": 2, "model": 2}, {".*kernel": [None, "model"]}),
+    "fsdp": ({"batch": 4}, {".*kernel": ["batch", None]}),
+}
+MOMENTUM = {"optimizer": "Momentum", "optimizer_params": {"learning_rate": 0.1, "momentum": 0.9, "use_nesterov": True}}
+ADAM = {"optimizer": "Adam", "optimizer_params": {"learning_rate": 0.01}}
+CASES = {
+    "momentum": MOMENTUM,
+    "adam": ADAM,
+    "lamb": {"optimizer": "LAMB", "optimizer_params": {"learning_rate": 0.01}},
+    "iter_size": {**ADAM, "iter_size": 2},
+    "max_grad_norm": {**MOMENTUM, "max_grad_norm": 0.5},
+    "larc": {**MOMENTUM, "larc_params": {"larc_eta": 0.002}},
+    # 2^30 overflows float16 gradients: the first updates are skipped while the scale backs off.
+    "mixed_backoff": {**MOMENTUM, "dtype": "mixed", "loss_scaling": "Backoff",
+                      "loss_scaling_params": {"scale_max": 2.0**30, "step_window": 2}, "max_steps": 6,
+                      "save_checkpoint_steps": 6},
+}
+TRANSFORMER = {
+    **BASE,
+    "model": "transformer",
+    "model_params": {"d_model": 32, "num_heads": 2, "num_layers": 1, "ff_dim": 64, "dropout": 0.0},
+    "data": "reversal",
+    "data_params": {"num_examples": 400},
+    **ADAM,
+}
+# The embedding's width, the attention heads and the feed-forward kernels on `model`.
+TRANSFORMER_LAYOUTS = {
+    "embedding": [None, "model"],
+    "attention/(query|key|value)/kernel": [None, "model", None],
+    "ff_in/kernel": [None, "model"],
+}
+FAST = [("adam", "2x2")]
+SLOW = [(case, mesh) for case in CASES for mesh in MESHES if (case, mesh) not in FAST]
+# Weights within 1e-5, as the issue asks; under float16 compute (`dtype: mixed`) the batch axis
+# sums float16 partial gradients across devices, rounded once more than one device's matmul
+# (which accumulates in float32): they differ by float16 rounding, ~1e-3 relative.
+WEIGHTS_ATOL = {"mixed_backoff": 3e-3}
+LOSS_ATOL = {"mixed_backoff": 1e-3}
+
+
+def write(tmp, name, config):
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({**config, "logdir": str(tmp / name)}))
+    return str(path)
+
+
+def mesh_config(case, mesh):
+    axes, layouts = MESHES[mesh]
+    config = {**BASE, **CASES[case]}
+    return {**config, "mesh": axes, "layouts": layouts, "batch_size_per_gpu": GLOBAL_BATCH // axes["batch"]}
+
+
+def reference_config(case):
+    return {**BASE, **CASES[case], "batch_size_per_gpu": GLOBAL_BATCH}
+
+
+def run_mesh_jobs(tmp, jobs):
+    """Runs `jobs` (mesh_runner's) in one fresh process; returns their results."""
+    jobs_path, results_path = tmp / "jobs.json", tmp / "results.json"
+    jobs_path.write_text(json.dumps(jobs))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", "HOME": str(tmp)}
+    job = subprocess.run([sys.executable, "-m", "tests.distributed.mesh_runner", str(jobs_path), str(results_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=1500, env=env)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    results = json.loads(results_path.read_text())
+    failed = [(j, r) for j, r in zip(jobs, results) if r.get("code")]
+    assert not failed, (failed, job.stdout[-3000:], job.stderr[-3000:])
+    return results, job.stdout
+
+
+def train_here(config_path, *args):
+    """An opt-train command in this process (the one-process references)."""
+    from opt_train.cli.main import main
+
+    try:
+        main(["train", "--config", config_path, *args])
+    except SystemExit as stop:
+        assert not stop.code, f"{config_path} exited {stop.code}"
+
+
+def outcome(logdir):
+    """(losses per step, skipped_steps per step, model variables) of a finished run."""
+    import tensorflow as tf
+
+    records = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in records if "loss" in r]
+    reader = tf.train.load_checkpoint(str(logdir / "checkpoints"))
+    weights = {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+               if k.startswith("model_variables/")}
+    return ([r["loss"] for r in records], [r["skipped_steps"] for r in records], weights)
+
+
+def assert_equal_runs(mesh_dir, reference_dir, weights_atol=1e-5, loss_atol=1e-4):
+    losses, skipped, weights = outcome(mesh_dir)
+    expected_losses, expected_skipped, expected_weights = outcome(reference_dir)
+    assert len(losses) == len(expected_losses) > 0
+    np.testing.assert_allclose(losses, expected_losses, rtol=0, atol=loss_atol)
+    assert skipped == expected_skipped
+    assert sorted(weights) == sorted(expected_weights)
+    for key, value in expected_weights.items():
+        np.testing.assert_allclose(weights[key], value, rtol=0, atol=weights_atol, err_msg=key)
+
+
+def matrix(tmp, pairs, extra_jobs=()):
+    """Trains `pairs` on their meshes (one fresh process) and their references here; returns the runner's stdout."""
+    jobs = [{"kind": "train", "argv": ["train", "--config", write(tmp, f"{case}-{mesh}", mesh_config(case, mesh))]}
+            for case, mesh in pairs]
+    results, stdout = run_mesh_jobs(tmp, jobs + list(extra_jobs))
+    for case in sorted({case for case, _ in pairs}):
+        train_here(write(tmp, f"{case}-reference", reference_config(case)))
+    return results[len(jobs):], stdout
+
+
+# -- the fast subset: one case, the plan against the shards built ------------------------------
+SHARDS = {
+    "adam-2x2": mesh_config("adam", "2x2"),
+    # Fully sharded, with EMA copies and iter_size accumulators, which the plan counts as state.
+    "ema-fsdp": {**mesh_config("adam", "fsdp"), "iter_size": 2,
+                 "optimizer_params": {"learning_rate": 0.01, "use_ema": True}},
+}
+
+
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mesh-fast")
+    shards = [{"kind": "shards", "config": write(tmp, name, config)} for name, config in SHARDS.items()]
+    results, stdout = matrix(tmp, FAST, shards)
+    return tmp, dict(zip(SHARDS, results)), stdout
+
+
+def test_adam_on_a_2x2_mesh_equals_one_process(fast):
+    tmp, _, stdout = fast
+    assert "the 4-device mesh runs on 4 logical CPU devices" in stdout
+    assert_equal_runs(tmp / "adam-2x2", tmp / "adam-reference")
+
+
+@pytest.mark.parametrize("name", sorted(SHARDS))
+def test_the_memory_plan_is_the_shards_the_backend_creates(fast, name):
+    _, shards, _ = fast
+    built = shards[name]
+    assert built["weights"] == built["plan_weights"], built
+    assert built["state"] == built["plan_state"], built
+
+
+def test_kernels_sharded_on_a_model_axis_of_2_halve_their_bytes(fast):
+    from opt_train.distributed.mesh_layout import plan_memory
+
+    _, shards, _ = fast
+    variables = [("dense_0/kernel", (64, 32), "float32"), ("dense_1/kernel", (32, 10), "float32")]
+    whole = plan_memory(variables, optimizer="Adam", mesh=None, layouts=None)
+    halved = plan_memory(variables, optimizer="Adam", mesh={"batch": 2, "model": 2},
+                         layouts={".*kernel": [None, "model"]})
+    assert halved.weights * 2 == whole.weights
+    assert (halved.optimizer_state - halved.scalars) * 2 == whole.optimizer_state - whole.scalars
+    assert shards["adam-2x2"]["weights"] < shards["adam-2x2"]["plan_weights"] * 2  # built sharded, not whole
+
+
+# -- the matrix ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mesh-slow")
+    extra = []
+    # The transformer with its embedding, attention heads and feed-forward kernels on `model`.
+    transformer = {**TRANSFORMER, "mesh": MESHES["2x2"][0], "layouts": TRANSFORMER_LAYOUTS,
+                   "batch_size_per_gpu": 16}
+    extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "transformer-2x2", transformer)]})
+    # A checkpoint of a 2x2 mesh resumed on {batch: 2, model: 1}, and without a mesh.
+    first = {**BASE, **ADAM, "mesh": MESHES["2x2"][0], "layouts": MESHES["2x2"][1], "batch_size_per_gpu": 16,
+             "max_steps": 3, "save_checkpoint_steps": 3}
+    for name, then, flags in (
+        ("resume-narrow", {"mesh": {"batch": 2, "model": 1}}, []),
+        # Without a mesh the batch is one process's 32: another batch_size_per_gpu, so --resume.
+        ("resume-plain", {"mesh": None, "layouts": {}, "batch_size_per_gpu": 32}, ["--resume"]),
+    ):
+        extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, name, first)]})
+        second = write(tmp, f"{name}-then", {**first, "max_steps": 6, "save_checkpoint_steps": 6, **then})
+        extra.append({"kind": "train", "argv": ["train", "--config", second, "--set", f"logdir={tmp / name}",
+                                                *flags]})
+    matrix(tmp, SLOW, extra)
+    train_here(write(tmp, "transformer-reference", {**TRANSFORMER, "batch_size_per_gpu": 32}))
+    train_here(write(tmp, "resume-reference", {**BASE, **ADAM, "batch_size_per_gpu": 32, "max_steps": 6,
+                                               "save_checkpoint_steps": 6}))
+    return tmp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "mesh"), SLOW)
+def test_each_optimizer_and_stage_on_each_mesh_equals_one_process(slow, case, mesh):
+    assert_equal_runs(slow / f"{case}-{mesh}", slow / f"{case}-reference",
+                      weights_atol=WEIGHTS_ATOL.get(case, 1e-5), loss_atol=LOSS_ATOL.get(case, 1e-4))
+
+
+@pytest.mark.slow
+def test_mixed_backoff_skips_the_same_updates(slow):
+    _, skipped, _ = outcome(slow / "mixed_backoff-2x2")
+    assert skipped[-1] > 0  # the case tests something: updates were skipped
+    assert skipped == outcome(slow / "mixed_backoff-reference")[1]
+
+
+@pytest.mark.slow
+def test_the_transformer_with_its_embedding_sharded_equals_one_process(slow):
+    assert_equal_runs(slow / "transformer-2x2", slow / "transformer-reference")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resume-narrow", "resume-plain"])
+def test_a_2x2_checkpoint_resumes_on_another_mesh_as_an_uninterrupted_run(slow, name):
+    assert_equal_runs(slow / name, slow / "resume-reference")
+
+
+# -- in this process, on a one-device mesh -------------------------------------------------------
+@pytest.fixture(scope="module")
+def one_device():
+    import keras
+
+    from opt_train.distributed.mesh import MeshBackend
+
+    backend = MeshBackend({"model": 1}, {".*kernel": [None, "model"]})
+
+    def model():
+        keras.utils.set_random_seed(3)
+        built = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+        return backend.place_model(built)
+
+    return backend, model
+
+
+def batch():
+    rng = np.random.RandomState(0)
+    return rng.rand(8, 8).astype("float32"), rng.rand(8, 2).astype("float32")
+
+
+def test_a_step_that_touches_a_plain_variable_is_refused_before_it_runs(one_device):
+    import tensorflow as tf
+
+    from opt_train.optimizers import optimize_loss
+
+    backend, make = one_device
+    model = make()
+    counter = tf.Variable(0.0, name="my_counter")
+
+    def loss(data):
+        counter.assign_add(1.0)
+        return tf.reduce_mean((model(data[0]) - data[1]) ** 2)
+
+    train_op = optimize_loss(loss, "Momentum", {"learning_rate": 0.1, "momentum": 0.9},
+                             var_list=model.trainable_variables, distributed=backend)
+    with pytest.raises(ValueError, match=r"plain tf.Variable.*my_counter"):
+        train_op(batch())
+    assert counter.numpy() == 0.0
+
+
+def test_get_with_mesh_lays_slots_out_as_their_variables(one_device):
+    from tensorflow.experimental import dtensor
+
+    from opt_train import optimizers
+    from opt_train.optimizers.mesh_state import layout_of_variable
+
+    backend, make = one_device
+    model = make()
+    optimizer = optimizers.get("SGD", learning_rate=0.1, momentum=0.9, nesterov=True, mesh=backend.mesh)
+    optimizer.build(model.trainable_variables)
+    layouts = {tuple(v.shape): layout_of_variable(v) for v in model.trainable_variables}
+    assert [layout.sharding_specs for layout in layouts.values()].count(["unsharded", "model"]) == 2
+    for variable in optimizer.variables:
+        layout = layout_of_variable(variable)
+        assert layout is not None, variable.path  # a DVariable
+        expected = layouts.get(tuple(variable.shape), dtensor.Layout.replicated(backend.mesh, len(variable.shape)))
+        assert layout == expected, variable.path
+
+
+def test_rmsprop_without_centered_is_refused_on_a_mesh(one_device):
+    from opt_train import optimizers
+    from opt_train.errors import ParamError
+
+    backend, _ = one_device
+    with pytest.raises(ParamError, match="RMSProp cannot run on a mesh"):
+        optimizers.get("RMSProp", learning_rate=0.1, mesh=backend.mesh)
+    optimizers.get("RMSProp", learning_rate=0.1, centered=True, mesh=backend.mesh)
