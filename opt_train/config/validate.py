@@ -15,6 +15,7 @@ from opt_train.config.registries import registry
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, config_fields, join_key, locate
 from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
+from opt_train.optimizers import table as optimizer_table
 from opt_train.errors import ParamError
 from opt_train.params import ParamErrors
 from opt_train.usercode import UserCodeError
@@ -118,7 +119,8 @@ def mesh_placement(values):
 
     A mesh is a way to place a run of its own: not beside `num_gpus` replicas or Horovod ranks.
     `layouts` need a mesh and may name only its axes; a `mesh_batch_axis` set to an axis the mesh
-    lacks would replicate the batch instead of splitting it. The shapes (a sharded dimension the
+    lacks would replicate the batch instead of splitting it; an optimizer the table says cannot update
+    laid-out variables (a TF1 fused kernel without a DTensor rule) is refused naming it. The shapes (a sharded dimension the
     axis size must divide) are checked where the model's variables are known: `validate`'s memory
     plan for a built-in model, the DTensor backend for any model.
     """
@@ -149,6 +151,9 @@ def mesh_placement(values):
         raise ParamError.at("mesh_batch_axis", "unknown_name",
                             f"mesh_batch_axis names {batch_axis!r}, which the mesh lacks (mesh axes: {', '.join(mesh)})",
                             batch_axis)
+    refusal = optimizer_table.mesh_refusal(values["optimizer"], values["optimizer_params"])
+    if refusal:
+        raise ParamError.at("optimizer", "conflict", refusal, values["optimizer"])
     for pattern, spec in layouts.items():
         for axis in spec:
             if axis is not None and axis not in mesh:
@@ -214,7 +219,8 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
-    (("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus"), "mesh", mesh_placement),
+    (("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer", "optimizer_params"),
+     "mesh", mesh_placement),
 )
 
 

@@ -59,6 +59,8 @@ class Row:
     `state` lists the per-variable state the class creates (`Slot`s, in creation order)
     and `scalars` how many float32 scalars it keeps beside Keras' `iterations` (TF1 Adam's
     beta powers, Nadam's `u_product`): the memory plan and the mesh layouts read them.
+    `mesh` says why the class cannot update variables laid out on a DTensor mesh (None: it
+    can), unless its parameter `mesh_unless` is true (`mesh_refusal` reads both).
     """
 
     name: str
@@ -69,6 +71,8 @@ class Row:
     slots: dict = field(default_factory=dict)
     state: tuple = ()
     scalars: int = 0
+    mesh: str | None = None
+    mesh_unless: str | None = None
 
     def __post_init__(self):
         assert all(slot.shape in SLOT_SHAPES for slot in self.state), self.name
@@ -168,12 +172,19 @@ _ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
 _ADAM_STATE = [Slot("m"), Slot("v"), Slot("vhat", when="amsgrad")]
 
 
-def own(name, family, location, params, state=(), scalars=0):
+def own(name, family, location, params, state=(), scalars=0, mesh=None, mesh_unless=None):
     """The row of one of opt-train's own classes (on `base.Optimizer`): its arguments and `use_locking`.
 
     `state`: the names of its per-variable slots (or `Slot`s where one is not simply the variable's shape).
     """
-    return Row(name, family, location, {**params, "use_locking": USE_LOCKING}, state=_slots(state), scalars=scalars)
+    return Row(name, family, location, {**params, "use_locking": USE_LOCKING}, state=_slots(state), scalars=scalars,
+               mesh=mesh, mesh_unless=mesh_unless)
+
+
+def _fused_only(name, kernel, keras_twin, unless=""):
+    """Why a class whose dense update is TF1's fused kernel alone cannot run on a mesh."""
+    return (f"{name} cannot run on a mesh: its update is TF1's fused {kernel}, which DTensor cannot lay out "
+            f"(no layout propagation); use {unless}{keras_twin}")
 
 
 def keras_builtin(name, keras_class, slots, params, state=None, scalars=0):
@@ -219,7 +230,8 @@ ROWS = (
         "learning_rate": _lr(0.001),
         "rho": Param(0.95, p.UNIT),
         "epsilon": Param(1e-8, p.NON_NEGATIVE),
-    }, state=["accum", "accum_update"]),
+    }, state=["accum", "accum_update"],
+        mesh=_fused_only("Adadelta", "ResourceApplyAdadelta", "KerasAdadelta (keras.optimizers.Adadelta)")),
     # TF1's Adam keeps beta_1^t and beta_2^t as two scalars.
     own("Adam", "tf1", "adam:Adam", _TF1_ADAM, state=["m", "v"], scalars=2),
     own("LazyAdam", "tf1", "adam:LazyAdam", _TF1_ADAM, state=["m", "v"], scalars=2),
@@ -230,7 +242,10 @@ ROWS = (
         "momentum": Param(0.0, p.NON_NEGATIVE),
         "epsilon": Param(1e-10, p.NON_NEGATIVE),
         "centered": Param(False, _BOOL),
-    }, state=["rms", "momentum", Slot("mg", when="centered")]),
+    }, state=["rms", "momentum", Slot("mg", when="centered")],
+        mesh=_fused_only("RMSProp", "ResourceApplyRMSProp", "KerasRMSprop (keras.optimizers.RMSprop)",
+                         unless="centered: true (its kernel has the rule), or "),
+        mesh_unless="centered"),
     # Keras 3's classes, wrapped; TF1 names win a clash, so Keras's Adam & co. take a "Keras" prefix.
     keras_builtin("SGD", "SGD", {"momentum": "momentums"},
           {"learning_rate": _lr(0.01), "momentum": Param(0.0, p.UNIT), "nesterov": Param(False, _BOOL)},
@@ -382,6 +397,22 @@ def resolve(name):
     if key in REPLACED:
         raise ParamError(None, "unknown_name", REPLACED[key], text=REPLACED[key])
     return OPTIMIZERS.resolve(name)
+
+
+def mesh_refusal(name, params=None):
+    """Why optimizer `name` with constructor `params` cannot update variables laid out on a DTensor mesh, or None.
+
+    A user's class (a dotted path) is not refused here: the backend's own check of the built step decides.
+    """
+    if is_path(name):
+        return None
+    row = TABLE[resolve(name)]
+    if row.mesh is None:
+        return None
+    unless = row.mesh_unless
+    if unless is not None and (params or {}).get(unless, row.params[unless].default):
+        return None
+    return row.mesh
 
 
 def family_of(name):

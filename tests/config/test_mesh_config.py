@@ -56,6 +56,11 @@ def test_the_global_batch_is_the_batch_axis_times_the_per_device_batch_and_iter_
     assert figures["steps_per_epoch"] == 1438 // 16
 
 
+def test_rmsprop_runs_on_a_mesh_when_centered_whose_kernel_has_a_layout_rule(tmp_path):
+    config = load_config([write(tmp_path, MESH + "optimizer: RMSProp\noptimizer_params: {centered: true}\n")])
+    assert config.optimizer == "RMSProp"
+
+
 def test_a_mesh_without_the_batch_axis_replicates_the_batch(tmp_path):
     result = run_cli("validate", "--config", write(tmp_path, "mesh: {model: 2}\nbatch_size_per_gpu: 8\n"))
     assert result.exit_code == 0, result.output
@@ -107,6 +112,8 @@ def test_every_config_gets_one_memory_line_and_a_factory_model_waits_for_its_bui
     ("mesh: {batch: 2, model: 2}\nlayouts:\n  '(kernel': [null, model]\n", "layouts", "wrong_type", "regular expr"),
     ("mesh: {data: 2}\nmesh_batch_axis: batch_axis\n", "mesh_batch_axis", "unknown_name", "lacks"),
     ("mesh: {batch: 0}\n", "mesh", "out_of_range", ">= 1"),
+    (MESH + "optimizer: RMSProp\n", "optimizer", "conflict", "RMSProp cannot run on a mesh"),
+    (MESH + "optimizer: Adadelta\n", "optimizer", "conflict", "KerasAdadelta"),
 ])
 def test_refusals_known_from_the_config_alone(tmp_path, text, key, code, words):
     path = write(tmp_path, text)
