@@ -190,6 +190,12 @@ class MeshBackend(Backend):
             lambda value: place(value, self.layout([None] * self._tf.convert_to_tensor(value).shape.rank)), batch
         )
 
+    def whole(self, tensor):
+        """A DTensor relaid out replicated (in a step: what leaves it to be read as NumPy)."""
+        from tensorflow.experimental import dtensor
+
+        return dtensor.relayout(tensor, self.layout([None] * tensor.shape.rank))
+
     def check_step(self, function, *args):
         """Refuses a traced step that touches a plain variable (`mesh_state.check_step`)."""
         from opt_train.optimizers.mesh_state import check_step

@@ -260,7 +260,10 @@ class TrainOp(tf.Module):
             **stages,  # loss_scale first: the unscale stage's
         }
         if summarize:
-            result.update(self._summary_entries(grads, larc, learning_rate))
+            entries = self._summary_entries(grads, larc, learning_rate)
+            if self._mesh is not None:  # whole on every device: the reporter reads them as NumPy
+                entries = {name: self.backend.whole(value) for name, value in entries.items()}
+            result.update(entries)
         return result
 
     def _summary_entries(self, grads, larc, learning_rate):

@@ -84,7 +84,8 @@ def build_run(config, backend, *, with_train_op=True):
         if config.lr_control is not None:
             from opt_train.training.controls import ScaledSchedule
 
-            run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
+            with backend.counter_scope():  # on a mesh the factor, read in every step, is a DVariable
+                run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
     return run
 
