@@ -162,6 +162,20 @@ def mesh_placement(values):
                                     f"(mesh axes: {', '.join(mesh)})", axis)
 
 
+def check_placement(config):
+    """`mesh_placement` of a config as it will run (`--np N` makes it `distributed: tf`): a `ConfigError` at its key.
+
+    `load_config` applied it to the config as written; `validate --np` and `train --np` ask again
+    of the config their workers run.
+    """
+    from opt_train.config.issues import ConfigError
+
+    try:
+        mesh_placement({name: getattr(config, name) for name in PLACEMENT_FIELDS})
+    except ParamError as error:
+        raise ConfigError([config.issue_for("mesh", error)]) from None
+
+
 def user_code(values, locations):
     """What can be known of the user's code without running it: its modules exist (found, not
     imported), and a factory defined in a .py source takes the parameters the config gives."""
@@ -204,6 +218,8 @@ def user_code(values, locations):
         raise RuleErrors(errors)
 
 
+PLACEMENT_FIELDS = ("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer",
+                    "optimizer_params")
 USER_CODE_FIELDS = ("optimizer", "model", "model_params", "data", "data_params", "python_path")
 
 # (fields it reads, key an issue is reported at, rule). A rule may return
@@ -219,8 +235,7 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
-    (("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer", "optimizer_params"),
-     "mesh", mesh_placement),
+    (PLACEMENT_FIELDS, "mesh", mesh_placement),
 )
 
 

@@ -128,6 +128,13 @@ def test_refusals_known_from_the_config_alone(tmp_path, text, key, code, words):
     assert f"{path}:{issue.line}: {key}:" in result.output and "Traceback" not in result.output
 
 
+def test_validate_np_refuses_a_mesh_as_the_workers_would(tmp_path):
+    path = write(tmp_path, MESH)
+    result = run_cli("validate", "--config", path, "--np", 2)
+    assert result.exit_code == 2
+    assert f"{path}:2: mesh:" in result.output and "several workers" in result.output
+
+
 @pytest.mark.parametrize("text, words", [
     # 10 classes on a model axis of 4: the logits kernel (128, 10) cannot be split
     ("mesh: {batch: 1, model: 4}\nlayouts:\n  '.*kernel': [null, model]\n", "does not divide"),
