@@ -18,15 +18,14 @@ WITHOUT_MESH = "memory per device without the mesh:"
 
 
 def model_variables(config):
-    """`[(path, shape, dtype)]` of the config's model, or `(None, why)` when only building it tells.
+    """`([(path, shape, dtype)], None)` of the config's built-in model, or `(None, why)` when only building it tells.
 
-    Returns `(variables, None)` or `(None, reason)`.
+    The data's shapes come from its source as `train` reads it (NumPy: a file dataset is read).
     """
     from opt_train.data import check_params as data_params
     from opt_train.data import resolve as resolve_data
-    from opt_train.data.registry import is_factory
+    from opt_train.data.registry import DATASET_MODULES, is_factory
     from opt_train.data.sources import LOADERS, load_source
-    from opt_train.data.registry import DATASET_MODULES
     from opt_train.models import registry as models
     from opt_train.models.size import variable_shapes
 
@@ -62,6 +61,7 @@ def plan(config, variables, *, mesh=True):
         layouts=config.layouts if mesh else None,
         # As training.builder.learning_rate_schedule decides: a constant rate stays a float, a variable.
         rate_variable=config.lr_policy in (None, "fixed") and not config.warmup and config.lr_control is None,
+        freeze_variables_regex=config.freeze_variables_regex,
     )
 
 

@@ -234,6 +234,11 @@ def slot_exists(slot, row, params, path, shape):
 
 
 @dataclass(frozen=True)
+class _Named:
+    path: str
+
+
+@dataclass(frozen=True)
 class VariablePlan:
     """One model variable's bytes per device: its weight and the optimizer state created for it."""
 
@@ -284,7 +289,7 @@ def _row_of(optimizer):
 
 
 def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32", iter_size=1, ema=False,
-                mesh=None, layouts=None, rate_variable=True):
+                mesh=None, layouts=None, rate_variable=True, freeze_variables_regex=None):
     """The `MemoryPlan` of a model's `variables` trained by `optimizer` on `mesh` with `layouts`.
 
     Args:
@@ -301,6 +306,7 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
         layouts: `{regex: spec}` (`check_layouts`).
         rate_variable: whether the optimizer holds its learning rate as a variable (a float rate
             does, a schedule does not).
+        freeze_variables_regex: variables it matches get no optimizer state (`optimizers.freezing`'s rule).
     """
     params = dict(optimizer_params or {})
     mesh = dict(mesh or {})
@@ -308,10 +314,16 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
     row = _row_of(optimizer)
     ema = bool(ema or params.get("use_ema"))
     masters = dtype in MASTER_DTYPES
+    frozen = set()
+    if freeze_variables_regex:
+        from opt_train.optimizers.freezing import split_frozen
+
+        frozen = {item.path for item in split_frozen([_Named(entry[0]) for entry in variables],
+                                                     freeze_variables_regex)[1]}
     planned = []
     for entry in variables:
         path, shape, dtype_name = entry[0], tuple(int(size) for size in entry[1]), entry[2]
-        trainable = entry[3] if len(entry) > 3 else True
+        trainable = (entry[3] if len(entry) > 3 else True) and path not in frozen
         spec = layout_of(path, shape, layouts, mesh)
         local = math.prod(shard_shape(shape, spec, mesh))
         weights = local * itemsize(dtype_name)

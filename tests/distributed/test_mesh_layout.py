@@ -165,6 +165,18 @@ def test_the_batch_axis_shards_a_fully_sharded_layout_too():
     assert fsdp.variables[0].state * 4 == alone.variables[0].state
 
 
+def test_frozen_variables_get_no_optimizer_state_as_split_frozen_leaves_them_out():
+    from opt_train.optimizers.freezing import split_frozen
+
+    variables = _mlp_variables()
+    planned = plan_memory(variables, optimizer="Adam", freeze_variables_regex="^dense_0/")
+    named = [type("V", (), {"path": path})() for path, _, _ in variables]
+    frozen = {v.path for v in split_frozen(named, "^dense_0/")[1]}
+    assert frozen == {"dense_0/kernel", "dense_0/bias"}
+    for item in planned.variables:
+        assert (item.state == 0) == (item.path in frozen) and item.weights > 0
+
+
 def test_a_user_optimizer_class_has_unknown_state():
     found = plan_memory(_mlp_variables(), optimizer="my_pkg.opt:MyOptimizer")
     assert not found.state_known and "optimizer state unknown" in found.line()
