@@ -15,6 +15,8 @@ from opt_train.errors import ParamError
 
 UNKNOWN = "memory per device: unknown until built ({why}); `train` prints it once the model is built"
 WITHOUT_MESH = "memory per device without the mesh:"
+# models.registry.spec_kind -> how the unknown line names the model
+BUILT_BY_CODE = {"factory": "a factory model", "keras_application": "a Keras application", "path": "a saved model"}
 
 
 def model_variables(config):
@@ -30,7 +32,7 @@ def model_variables(config):
     from opt_train.models.size import variable_shapes
 
     if not isinstance(config.model, str):
-        return None, f"a {models.spec_kind(config.model)} model"
+        return None, BUILT_BY_CODE[models.spec_kind(config.model)]
     if is_factory(config.data):
         return None, "a data factory"
     data = resolve_data(config.data)
