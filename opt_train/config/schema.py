@@ -137,7 +137,7 @@ class TrainConfig:
     layouts: dict = key(
         {}, rules.layouts, "mapping: regex → list of axis name or null",
         "how variables are sharded on the mesh, one entry per dimension; the first regex that `re.search`es "
-        "a variable's path wins, others are replicated", run=False)
+        "a variable's path wins; a variable none matches is replicated", run=False)
     mesh_batch_axis: str = key(
         "batch", p.string, "axis name", "the mesh axis the batch is split on (a mesh without it replicates the batch)",
         run=False)
