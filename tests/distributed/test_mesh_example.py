@@ -36,3 +36,20 @@ def test_the_mesh_example_trains_on_a_two_by_two_mesh_in_a_fresh_process(tmp_pat
     assert "global batch 64" in output
     final = read_json(tmp_path / "final_metrics.json")
     assert final["global_step"] == 150 and final["eval/accuracy"] > 0.8
+
+
+@pytest.mark.slow  # a fresh process that imports TensorFlow, refused at its build
+def test_train_refuses_a_layout_that_does_not_fit_with_validates_line(tmp_path, cli):
+    config = tmp_path / "misfit.yaml"
+    # 10 classes do not split on a model axis of 4: the logits kernel is (128, 10)
+    config.write_text("mesh: {batch: 1, model: 4}\nlayouts:\n  '.*kernel': [null, model]\nmax_steps: 5\n"
+                      f"logdir: {tmp_path / 'run'}\n")
+    validated = cli("validate", "--config", config)
+    assert validated.exit_code == 2
+    expected = validated.output.strip().splitlines()[-1]
+    assert expected.startswith(f"Error: {config}:2: layouts:") and "does not divide" in expected
+    job = subprocess.run([sys.executable, "-m", "opt_train", "train", "--config", str(config)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+    assert job.returncode == 2, job.stdout[-2000:] + job.stderr[-3000:]
+    assert (job.stdout + job.stderr).strip().splitlines()[-1] == expected
+    assert "Traceback" not in job.stderr
