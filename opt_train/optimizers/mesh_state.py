@@ -108,24 +108,19 @@ def on_mesh(mesh):
 
 
 def mesh_refusal(optimizer):
-    """Why `optimizer` cannot update DVariables (one line naming it), or None.
+    """Why `optimizer` cannot update DVariables (one line naming it), or None: the table's word
+    (`optimizers.table.mesh_refusal`: a TF1 fused kernel, its only dense update, that DTensor cannot lay out)."""
+    from opt_train.optimizers.mixed_precision import MixedPrecisionOptimizerWrapper
+    from opt_train.optimizers.table import mesh_refusal as table_refusal
+    from opt_train.optimizers.table import row_of_class
 
-    Its dense update is TF1's fused kernel alone (no separate-op path), and that kernel has
-    no DTensor layout propagation ("op does not implement layout propagation"): RMSProp
-    without `centered` (ResourceApplyRMSProp; the centered kernel has it) and Adadelta.
-    """
-    from opt_train.optimizers.adadelta import Adadelta
-    from opt_train.optimizers.rmsprop import RMSProp
-
-    inner = getattr(optimizer, "optimizer", None)
-    optimizer = inner if inner is not None and not isinstance(optimizer, (RMSProp, Adadelta)) else optimizer
-    if isinstance(optimizer, RMSProp) and not optimizer.centered:
-        return ("RMSProp cannot run on a mesh: its update is TF1's fused ResourceApplyRMSProp, which DTensor "
-                "cannot lay out; use centered: true, or keras.optimizers.RMSprop")
-    if isinstance(optimizer, Adadelta):
-        return ("Adadelta cannot run on a mesh: its update is TF1's fused ResourceApplyAdadelta, which DTensor "
-                "cannot lay out; use keras.optimizers.Adadelta")
-    return None
+    if isinstance(optimizer, MixedPrecisionOptimizerWrapper):
+        optimizer = optimizer.optimizer
+    row = row_of_class(type(optimizer))
+    if row is None:
+        return None
+    params = {row.mesh_unless: getattr(optimizer, row.mesh_unless)} if row.mesh_unless else {}
+    return table_refusal(row.name, params)
 
 
 def mesh_aware(optimizer, mesh):

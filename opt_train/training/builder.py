@@ -113,16 +113,11 @@ def memory_notes(config, model):
 
     A built-in model's plan is `validate`'s (`opt_train.config.memory`), known before TensorFlow starts.
     """
-    from opt_train.config.memory import plan
+    from opt_train.config.memory import plan_lines
 
     if isinstance(config.model, str):
         return ()
-    variables = [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]
-    lines = [plan(config, variables).line()]
-    if config.mesh:
-        alone = plan(config, variables, mesh=False).line()
-        lines.append(alone.replace("memory per device:", "memory per device without the mesh:", 1))
-    return tuple(lines)
+    return tuple(plan_lines(config, [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]))
 
 
 def batch_norm_note(config, backend, model):
