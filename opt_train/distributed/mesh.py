@@ -22,8 +22,8 @@ gradient comes back reduce-scattered, and the optimizer updates each shard where
 `DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=0` must be set before TensorFlow
 starts: with it on, TF 2.21's combine pass can make a read of a DVariable return its
 value from before an assign earlier in the same step (Momentum drifted by 5e-2 in 5
-steps, no error). `opt_train.quiet.import_tensorflow` sets it; so does importing
-this module (too late if TensorFlow ran already, which `MeshBackend` refuses).
+steps, no error). `opt_train.quiet.import_tensorflow` sets it unless the user set it, and so
+does importing this module; `MeshBackend` refuses any other value.
 """
 
 from __future__ import annotations
@@ -95,6 +95,12 @@ class MeshBackend(Backend):
         import tensorflow as tf
         from tensorflow.experimental import dtensor
 
+        if os.environ.get(DTENSOR_COMBINE_VARIABLE) != "0":
+            raise ParamError.at(
+                "mesh", "conflict",
+                f"a mesh needs {DTENSOR_COMBINE_VARIABLE}=0 (this process has "
+                f"{os.environ.get(DTENSOR_COMBINE_VARIABLE)!r}): with DTensor's all-reduce combine pass on, a "
+                "step can read a variable's value from before its own update, without an error", mesh)
         self.axes = mesh_axes(mesh)
         self.layouts = dict(layouts or {})
         self.batch_axis = batch_axis_of(self.axes, mesh_batch_axis)

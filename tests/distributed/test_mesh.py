@@ -55,6 +55,8 @@ CASES = {
     # 2^30 overflows float16 gradients: the first updates are skipped while the scale backs off, and
     # it does not grow again within the run (near the edge of overflow, float16 rounding that differs
     # between one device's sum and the mesh's could decide an update either way).
+    # At lr 0.01 float16's rounding (the batch axis sums float16 partial gradients, one device's matmul
+    # accumulates in float32) stays within the 1e-5 (measured 6e-6); at lr 0.1 it reached 7e-4.
     "mixed_backoff": {**MOMENTUM, "optimizer_params": {**MOMENTUM["optimizer_params"], "learning_rate": 0.01},
                       "dtype": "mixed", "loss_scaling": "Backoff",
                       "loss_scaling_params": {"scale_max": 2.0**30, "step_window": 1000}, "max_steps": 6,
@@ -81,11 +83,6 @@ TRANSFORMER_LAYOUTS = {
 }
 FAST = [("adam", "2x2")]
 SLOW = [(case, mesh) for case in CASES for mesh in MESHES if (case, mesh) not in FAST]
-# Weights within 1e-5, as the issue asks; under float16 compute (`dtype: mixed`) the batch axis
-# sums float16 partial gradients across devices, rounded once more than one device's matmul
-# (which accumulates in float32): they differ by float16 rounding, ~1e-3 relative.
-WEIGHTS_ATOL = {"mixed_backoff": 3e-3}
-LOSS_ATOL = {"mixed_backoff": 1e-3}
 
 
 def write(tmp, name, config):
@@ -163,9 +160,10 @@ def assert_equal_runs(mesh_dir, reference_dir, weights_atol=1e-5, loss_atol=1e-4
         np.testing.assert_allclose(weights[key], value, rtol=0, atol=weights_atol, err_msg=key)
 
 
-def matrix(tmp, pairs, extra_jobs=()):
+def matrix(tmp, pairs, extra_jobs=(), export=False):
     """Trains `pairs` on their meshes (one fresh process) and their references here; returns the runner's stdout."""
-    jobs = [{"kind": "train", "argv": ["train", "--config", write(tmp, f"{case}-{mesh}", mesh_config(case, mesh))]}
+    jobs = [{"kind": "train", "argv": ["train", "--config", write(tmp, f"{case}-{mesh}",
+                                                                  {**mesh_config(case, mesh), "export": export})]}
             for case, mesh in pairs]
     results, stdout = run_mesh_jobs(tmp, jobs + list(extra_jobs))
     for case in sorted({case for case, _ in pairs}):
@@ -186,7 +184,7 @@ SHARDS = {
 def fast(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mesh-fast")
     shards = [{"kind": "shards", "config": write(tmp, name, config)} for name, config in SHARDS.items()]
-    results, stdout = matrix(tmp, FAST, shards)
+    results, stdout = matrix(tmp, FAST, shards, export=True)
     return tmp, dict(zip(SHARDS, results)), stdout
 
 
@@ -194,6 +192,18 @@ def test_adam_on_a_2x2_mesh_equals_one_process(fast):
     tmp, _, stdout = fast
     assert "the 4-device mesh runs on 4 logical CPU devices" in stdout
     assert_equal_runs(tmp / "adam-2x2", tmp / "adam-reference")
+
+
+def test_the_export_of_a_mesh_run_is_an_ordinary_unsharded_model(fast):
+    import keras
+
+    tmp, _, _ = fast
+    exported = keras.models.load_model(tmp / "adam-2x2" / "export" / "model.keras")
+    arrays = [np.asarray(weight) for weight in exported.weights]
+    expected = outcome(tmp / "adam-reference")[2]
+    for key, value in expected.items():
+        assert any(a.shape == value.shape and np.allclose(a, value, rtol=0, atol=1e-5) for a in arrays), key
+    assert os.path.isdir(tmp / "adam-2x2" / "export" / "saved_model")
 
 
 @pytest.mark.parametrize("name", sorted(SHARDS))
@@ -248,8 +258,7 @@ def slow(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "mesh"), SLOW)
 def test_each_optimizer_and_stage_on_each_mesh_equals_one_process(slow, case, mesh):
-    assert_equal_runs(slow / f"{case}-{mesh}", slow / f"{case}-reference",
-                      weights_atol=WEIGHTS_ATOL.get(case, 1e-5), loss_atol=LOSS_ATOL.get(case, 1e-4))
+    assert_equal_runs(slow / f"{case}-{mesh}", slow / f"{case}-reference")
 
 
 @pytest.mark.slow
@@ -355,3 +364,13 @@ def test_train_prints_the_memory_plan_of_a_model_built_by_code(tmp_path, capsys)
     line = (f"memory per device: weights {format_bytes(4 * weights)}, optimizer state "
             f"{format_bytes(4 * trained + 8 + 4)}, total {format_bytes(4 * weights + 4 * trained + 12)}")
     assert line in capsys.readouterr().out
+
+
+def test_a_mesh_is_refused_with_the_combine_pass_switched_on(monkeypatch):
+    from opt_train.distributed.mesh import MeshBackend
+    from opt_train.errors import ParamError
+    from opt_train.quiet import DTENSOR_COMBINE_VARIABLE
+
+    monkeypatch.setenv(DTENSOR_COMBINE_VARIABLE, "1")
+    with pytest.raises(ParamError, match=DTENSOR_COMBINE_VARIABLE):
+        MeshBackend({"model": 1})
