@@ -121,8 +121,11 @@ def memory_notes(config, model):
 
 
 def batch_norm_note(config, backend, model):
-    """One line when replicas normalize their own batches (not one process's global batch), else None."""
-    if backend.size <= 1:
+    """One line when replicas normalize their own batches (not one process's global batch), else None.
+
+    On a mesh there are no replicas: DTensor takes a layer's moments over the whole batch.
+    """
+    if backend.size <= 1 or backend.mesh is not None:
         return None
     local = [layer for layer in _all_layers(model)
              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized]

@@ -82,6 +82,7 @@ TRANSFORMER_LAYOUTS = {
     "ff_out/kernel": ["model", None],
 }
 FAST = [("adam", "2x2")]
+BATCH_NORM_MODEL = {"factory": "tests.distributed.batch_norm_model:build"}
 SLOW = [(case, mesh) for case in CASES for mesh in MESHES if (case, mesh) not in FAST]
 
 
@@ -248,7 +249,12 @@ def slow(tmp_path_factory):
         second = write(tmp, f"{name}-then", {**first, "max_steps": 6, "save_checkpoint_steps": 6, **then})
         extra.append({"kind": "train", "argv": ["train", "--config", second, "--set", f"logdir={tmp / name}",
                                                 *flags]})
+    # BatchNormalization: DTensor takes the moments over the whole (split) batch, as one process does.
+    extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "batch_norm-2x2", {
+        **mesh_config("momentum", "2x2"), "model": BATCH_NORM_MODEL, "model_params": {}})]})
     matrix(tmp, SLOW, extra)
+    train_here(write(tmp, "batch_norm-reference", {**reference_config("momentum"), "model": BATCH_NORM_MODEL,
+                                                   "model_params": {}}))
     train_here(write(tmp, "transformer-reference", {**TRANSFORMER, "batch_size_per_gpu": 32}))
     train_here(write(tmp, "resume-reference", {**BASE, **ADAM, "batch_size_per_gpu": 32, "max_steps": 6,
                                                "save_checkpoint_steps": 6}))
@@ -266,6 +272,11 @@ def test_mixed_backoff_skips_the_same_updates(slow):
     _, skipped, _ = outcome(slow / "mixed_backoff-2x2")
     assert skipped[-1] > 0  # the case tests something: updates were skipped
     assert skipped == outcome(slow / "mixed_backoff-reference")[1]
+
+
+@pytest.mark.slow
+def test_batch_normalization_on_a_mesh_normalizes_the_global_batch_as_one_process(slow):
+    assert_equal_runs(slow / "batch_norm-2x2", slow / "batch_norm-reference")
 
 
 @pytest.mark.slow
