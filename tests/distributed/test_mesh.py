@@ -14,6 +14,7 @@ run here on a one-device mesh.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -385,3 +386,22 @@ def test_a_mesh_is_refused_with_the_combine_pass_switched_on(monkeypatch):
     monkeypatch.setenv(DTENSOR_COMBINE_VARIABLE, "1")
     with pytest.raises(ParamError, match=DTENSOR_COMBINE_VARIABLE):
         MeshBackend({"model": 1})
+
+
+def test_a_resume_may_change_the_model_axis_and_layouts_but_not_the_batch_axis(tmp_path):
+    from opt_train.config.loader import load_config
+    from opt_train.training.errors import RunRefused
+    from opt_train.training.logdir import check_same_run
+
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    load_config([write(tmp_path, "run", mesh_config("adam", "2x2"))]).dump(str(logdir / "config.yaml"))
+
+    def resumed(name, **keys):
+        config = load_config([write(tmp_path, name, {**mesh_config("adam", "2x2"), **keys})])
+        config = dataclasses.replace(config, logdir=str(logdir))
+        return check_same_run(config, str(logdir), continue_anyway=False)
+
+    assert resumed("narrow", mesh={"batch": 2, "model": 1}, layouts={}) == []
+    with pytest.raises(RunRefused, match="mesh"):
+        resumed("wider", mesh={"batch": 4}, layouts={})  # the global batch doubles: another run
