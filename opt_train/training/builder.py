@@ -111,13 +111,16 @@ def backend_for(config):
 def memory_notes(config, model):
     """The memory plan's lines for a model built by code (a factory, a Keras application), sized now it is built.
 
-    A built-in model's plan is `validate`'s (`opt_train.config.memory`), known before TensorFlow starts.
+    A built-in model's plan is `validate`'s (`opt_train.config.memory`), known before TensorFlow starts;
+    under a mesh it is checked here too, for what `train` would otherwise take silently (a `layouts`
+    key that is the first match of no variable leaves them replicated): a ConfigError at `layouts`.
     """
     from opt_train.config.memory import plan_lines
 
-    if isinstance(config.model, str):
+    if isinstance(config.model, str) and not config.mesh:
         return ()
-    return tuple(plan_lines(config, [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]))
+    lines = tuple(plan_lines(config, [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]))
+    return () if isinstance(config.model, str) else lines
 
 
 def batch_norm_note(config, backend, model):

@@ -405,3 +405,14 @@ def test_a_resume_may_change_the_model_axis_and_layouts_but_not_the_batch_axis(t
     assert resumed("narrow", mesh={"batch": 2, "model": 1}, layouts={}) == []
     with pytest.raises(RunRefused, match="mesh"):
         resumed("wider", mesh={"batch": 4}, layouts={})  # the global batch doubles: another run
+
+
+def test_train_refuses_a_layouts_key_that_matches_no_variable(tmp_path, capsys):
+    from opt_train.cli.main import main
+
+    config = {**mesh_config("adam", "2x2"), "mesh": {"model": 1}, "batch_size_per_gpu": 64,
+              "layouts": {".*kernle": [None, "model"]}}
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config", write(tmp_path, "misspelt", config)])
+    assert stop.value.code == 2
+    assert "layouts['.*kernle'] is the first match of no variable" in capsys.readouterr().err
