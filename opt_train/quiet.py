@@ -21,6 +21,11 @@ import threading
 
 # Set (to "1") by --verbose, so child processes show TensorFlow's lines too.
 VERBOSE_VARIABLE = "OPT_TRAIN_VERBOSE"
+# DTensor's all-reduce combine pass: off ("0") unless the user set it. With it on, TF 2.21 can
+# make a read of a DVariable inside a step return its value from before an assign earlier in
+# the same step (a mesh run's Momentum drifted by 5e-2 in 5 steps, no error). Read when
+# TensorFlow starts, so it is set at its one import; it changes nothing outside a mesh.
+DTENSOR_COMBINE_VARIABLE = "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION"
 
 
 def configure(verbose=None):
@@ -63,6 +68,8 @@ def import_tensorflow():
 
 def _import_tensorflow():
     from opt_train.keras_bridges import left_out
+
+    os.environ.setdefault(DTENSOR_COMBINE_VARIABLE, "0")
 
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
         with left_out():

@@ -134,6 +134,10 @@ def _launch(config, configs, overrides, flags, num_proc, hosts, ssh, max_restart
         _check_hosts(hosts, num_proc)
     workers = launch_config(config, num_proc)
     check_distribution(workers, ranks=num_proc)
+    from opt_train.config.validate import check_placement
+
+    with user_errors():
+        check_placement(workers)  # a mesh is one process: refused before any worker starts
     command = [sys.executable, "-m", "opt_train", "train", *flags]
     for path in configs:
         command += ["--config", path]

@@ -5,6 +5,8 @@ import yaml
 
 from opt_train.cli.common import check_distribution, config_options, launch_config, load, user_errors
 from opt_train.config import derived
+from opt_train.config.memory import memory_lines
+from opt_train.config.validate import check_placement
 
 
 @click.command()
@@ -17,7 +19,7 @@ from opt_train.config import derived
     help="Workers `opt-train train --np N` would start (default: the TF_CONFIG / SLURM / horovodrun job's, else 1).",
 )
 def validate(configs, overrides, world_size):
-    """Check a config and print the effective config and derived figures."""
+    """Check a config and print the effective config, the memory per device and derived figures."""
     config = load(configs, overrides)
     warning = check_distribution(config, world_size)
     if warning:
@@ -25,8 +27,15 @@ def validate(configs, overrides, world_size):
     from opt_train.training.logdir import launched_workers
 
     with user_errors():  # the batch size against the examples, counted as train counts them
-        figures = derived(launch_config(config, world_size), world_size=world_size or launched_workers(config))
+        launched = launch_config(config, world_size)
+        check_placement(launched)  # a mesh is one process: not `--np N` workers
+        figures = derived(launched, world_size=world_size or launched_workers(config))
+        memory = memory_lines(config)  # a layout that does not fit a shape: exit 2 at `layouts`
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
+    # Before the figures, which stay the output's last block (scripts read what follows `# derived`).
+    click.echo("# memory")
+    for line in memory:
+        click.echo(line)
     click.echo("# derived")
     click.echo(yaml.safe_dump(figures, sort_keys=False).rstrip())
 

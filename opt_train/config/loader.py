@@ -48,7 +48,12 @@ def load_config(paths, overrides=()):
 
 
 def replicas_per_worker(config):
-    """Model replicas in each process: `num_gpus` under the tf backend, else 1 (Horovod: one per rank)."""
+    """Batch shards each process reads together: `num_gpus` replicas under the tf backend, the batch
+    axis's size under a mesh (`mesh_batch_axis`; 1 when the mesh has none), else 1 (Horovod: one per rank)."""
+    if config.mesh:
+        from opt_train.distributed.mesh_layout import batch_shards
+
+        return batch_shards(config.mesh, config.mesh_batch_axis)
     return config.num_gpus if config.distributed == "tf" and config.num_gpus else 1
 
 
@@ -56,8 +61,8 @@ def derived(config, world_size=1):
     """Figures `opt-train validate` prints beside the config.
 
     `world_size`: processes (workers, ranks). The global batch is workers x replicas per
-    worker x `batch_size_per_gpu` x `iter_size`. `steps_per_epoch` (optimizer updates per
-    epoch, as `train` counts them: `micro_batches_per_epoch` on each worker, also printed
+    worker (under a mesh: its batch axis) x `batch_size_per_gpu` x `iter_size`. `steps_per_epoch` (optimizer
+    updates per epoch, as `train` counts them: `micro_batches_per_epoch` on each worker, also printed
     when `iter_size` > 1, every `iter_size` of them one update) is None where only reading the data tells
     (files, your own pipeline); where a batch is larger than a replica's share of the
     train examples, a `ConfigError` at `batch_size_per_gpu`'s line, as `train` raises.
@@ -86,4 +91,8 @@ def derived(config, world_size=1):
     }
     if config.iter_size > 1:
         figures["micro_batches_per_epoch"] = steps
+    if config.mesh:
+        from opt_train.distributed.mesh_layout import mesh_devices
+
+        figures["mesh_devices"] = mesh_devices(config.mesh)
     return figures

@@ -55,6 +55,20 @@ class LarcParams(Mapping):
         return len(self.__dataclass_fields__)
 
 
+def mesh(name, value):
+    """`mesh:` as an ordered `{axis: size}`, or None for no mesh (distributed.mesh_layout's rule)."""
+    from opt_train.distributed.mesh_layout import mesh_axes
+
+    return mesh_axes(value) or None
+
+
+def layouts(name, value):
+    """`layouts:` as an ordered `{regex: [axis or None, ...]}`, each regex compiled (distributed.mesh_layout's rule)."""
+    from opt_train.distributed.mesh_layout import check_layouts
+
+    return check_layouts(value)
+
+
 def unknown_key(name, known):
     """`unknown key; did you mean 'logdir'?` for a key that no schema has."""
     from opt_train.config.compat import synonym

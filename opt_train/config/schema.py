@@ -133,6 +133,19 @@ class TrainConfig:
         "none", p.one_of(*distributed_names.BACKENDS, kind="distributed backend"),
         ", ".join(distributed_names.BACKENDS),
         "the backend past one process ([Distribution](distribution.md))", run=False)
+    # Placement, not the run (DESIGN.md): a resume may change the model axis and the layouts; the
+    # batch axis's size changes the global batch, which training/logdir.py compares on its own.
+    mesh: dict | None = key(
+        None, rules.mesh, "`{axis: size}` (each int ≥ 1) or null",
+        "a DTensor device mesh: named axes whose sizes multiply to the devices used; the batch is sharded on "
+        "`mesh_batch_axis` ([Past one device's memory](distribution.md#past-one-devices-memory))", run=False)
+    layouts: dict = key(
+        {}, rules.layouts, "mapping: regex → list of axis name or null",
+        "how variables are sharded on the mesh, one entry per dimension; the first regex that `re.search`es "
+        "a variable's path wins; a variable none matches is replicated", run=False)
+    mesh_batch_axis: str = key(
+        "batch", p.string, "axis name", "the mesh axis the batch is split on (a mesh without it replicates the batch)",
+        run=False)
     rank_timeout_secs: float = key(
         60.0, rules.positive_float, "number > 0",
         "a worker stopped, dead or unreachable this long ends the job", run=False)

@@ -15,6 +15,7 @@ from opt_train.config.registries import registry
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, config_fields, join_key, locate
 from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
+from opt_train.optimizers import table as optimizer_table
 from opt_train.errors import ParamError
 from opt_train.params import ParamErrors
 from opt_train.usercode import UserCodeError
@@ -169,6 +170,68 @@ def distribution(values):
     return {"distributed": distributed, "use_horovod": use_horovod, "num_gpus": num_gpus}
 
 
+def mesh_placement(values):
+    """What a mesh may be combined with, and what its `layouts` may name, known without the model's shapes.
+
+    A mesh is a way to place a run of its own: not beside `num_gpus` replicas or Horovod ranks.
+    `layouts` need a mesh and may name only its axes; a `mesh_batch_axis` set to an axis the mesh
+    lacks would replicate the batch instead of splitting it; an optimizer the table says cannot update
+    laid-out variables (a TF1 fused kernel without a DTensor rule) is refused naming it. The shapes (a sharded dimension the
+    axis size must divide) are checked where the model's variables are known: `validate`'s memory
+    plan for a built-in model, the DTensor backend for any model.
+    """
+    from opt_train.distributed.mesh_layout import DEFAULT_BATCH_AXIS
+
+    mesh, layouts, batch_axis = values["mesh"], values["layouts"], values["mesh_batch_axis"]
+    if not mesh:
+        if layouts:
+            raise ParamError.at("layouts", "conflict",
+                                "layouts need a mesh to lay variables out on; set `mesh` (e.g. {batch: 2, model: 2}) "
+                                "or remove layouts", dict(layouts))
+        return
+    if values["use_horovod"] or values["distributed"] == "horovod":
+        raise ParamError.at("mesh", "conflict",
+                            "a mesh places the run itself (DTensor); it cannot run under Horovod: remove `mesh` or "
+                            "`use_horovod` / `distributed: horovod`", dict(mesh))
+    if values["num_gpus"] is not None and values["num_gpus"] > 1:
+        raise ParamError.at("mesh", "conflict",
+                            f"a mesh takes its devices from its own axes; it cannot be combined with num_gpus: "
+                            f"{values['num_gpus']} replicas: remove one", dict(mesh))
+    if values["distributed"] == "tf":
+        # DTensor's multi-client mode formed a 2x2 mesh of two local CPU processes in a probe, but its
+        # dataset input is single-client only (NotImplementedError) and it is not wired here.
+        raise ParamError.at("mesh", "conflict",
+                            "a mesh runs in one process; a mesh across several workers (distributed: tf, "
+                            "train --np) is not supported: remove `distributed: tf` or `mesh`", dict(mesh))
+    if batch_axis != DEFAULT_BATCH_AXIS and batch_axis not in mesh:
+        raise ParamError.at("mesh_batch_axis", "unknown_name",
+                            f"mesh_batch_axis names {batch_axis!r}, which the mesh lacks (mesh axes: {', '.join(mesh)})",
+                            batch_axis)
+    refusal = optimizer_table.mesh_refusal(values["optimizer"], values["optimizer_params"])
+    if refusal:
+        raise ParamError.at("optimizer", "conflict", refusal, values["optimizer"])
+    for pattern, spec in layouts.items():
+        for axis in spec:
+            if axis is not None and axis not in mesh:
+                raise ParamError.at("layouts", "unknown_name",
+                                    f"layouts[{pattern!r}] names axis {axis!r}, which the mesh lacks "
+                                    f"(mesh axes: {', '.join(mesh)})", axis)
+
+
+def check_placement(config):
+    """`mesh_placement` of a config as it will run (`--np N` makes it `distributed: tf`): a `ConfigError` at its key.
+
+    `load_config` applied it to the config as written; `validate --np` and `train --np` ask again
+    of the config their workers run.
+    """
+    from opt_train.config.issues import ConfigError
+
+    try:
+        mesh_placement({name: getattr(config, name) for name in PLACEMENT_FIELDS})
+    except ParamError as error:
+        raise ConfigError([config.issue_for("mesh", error)]) from None
+
+
 def user_code(values, locations):
     """What can be known of the user's code without running it: its modules exist (found, not
     imported), and a factory defined in a .py source takes the parameters the config gives."""
@@ -211,6 +274,17 @@ def user_code(values, locations):
         raise RuleErrors(errors)
 
 
+def mesh_groups(values):
+    """Optimizer groups are not laid out on a mesh yet: each group's optimizer builds its own state, and the
+    mesh makes one optimizer's state DVariables (`optimizers.mesh_state.mesh_aware`)."""
+    if values["mesh"] and values["optimizer_groups"]:
+        raise ParamError.at("optimizer_groups", "conflict",
+                            "cannot be combined with mesh yet (the groups' optimizer state would not be laid out on "
+                            "the mesh): remove `mesh` or `optimizer_groups`", len(values["optimizer_groups"]))
+
+
+PLACEMENT_FIELDS = ("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer",
+                    "optimizer_params")
 USER_CODE_FIELDS = ("optimizer", "model", "model_params", "data", "data_params", "python_path")
 
 # (fields it reads, key an issue is reported at, rule). A rule may return
@@ -230,6 +304,8 @@ CROSS_RULES = (
     (("data", "data_params", "metrics", "early_stopping", "lr_control"), "early_stopping", monitors),
     (("init_from", "load_model"), "init_from", warm_start_sources),
     (("init_from", "logdir"), "init_from", warm_start_source),
+    (PLACEMENT_FIELDS, "mesh", mesh_placement),
+    (("mesh", "optimizer_groups"), "optimizer_groups", mesh_groups),
 )
 
 

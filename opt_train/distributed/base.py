@@ -29,6 +29,8 @@ class Backend(abc.ABC):
     local_rank: int = 0
     # A tf.distribute strategy when replicas run inside this process (`opt_train.distributed.tfdist`).
     strategy = None
+    # A DTensor mesh when the run's variables are laid out on one (`opt_train.distributed.mesh`).
+    mesh = None
     # One line each for the progress output (e.g. "2 replicas on logical CPU devices").
     notes: tuple = ()
 
@@ -59,6 +61,14 @@ class Backend(abc.ABC):
 
     def scope(self):
         """The context the model, the optimizer and the pipeline's variables are created in."""
+        return contextlib.nullcontext()
+
+    def counter_scope(self):
+        """The context the train op's own counters (`global_step`, `micro_batches`) are created in."""
+        return contextlib.nullcontext()
+
+    def forward(self):
+        """The context the model's forward and backward pass is traced in."""
         return contextlib.nullcontext()
 
     def distribute(self, dataset, batch_size_per_replica):

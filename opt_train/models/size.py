@@ -1,8 +1,9 @@
-"""Counts a built-in model's weights from its parameters and the data's shapes, before anything is allocated.
+"""Sizes a built-in model's weights (each variable's path and shape) from its parameters and the data's shapes, TF-free.
 
 A `hidden_units: [1000000]` typo would otherwise end in an allocation failure deep in
 TensorFlow, or in the machine swapping; the builder compares this count against the
-memory there is and refuses with a line naming `model_params`. Imports no TensorFlow.
+memory there is and refuses with a line naming `model_params`; `validate` lays the same
+variables out on a mesh for its memory plan. Imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -17,50 +18,70 @@ from opt_train.models.layers import image_shape
 BYTES_PER_WEIGHT = 4 * 4
 
 
-def dense(inputs, units):
-    return inputs * units + units
+def _dense(name, inputs, units):
+    return [(f"{name}/kernel", (inputs, units)), (f"{name}/bias", (units,))]
 
 
-def mlp_weights(task, hidden_units, **_):
-    width, total = math.prod(task.input_shape), 0
-    for units in hidden_units:
-        total += dense(width, units)
+def _norm(name, width):
+    return [(f"{name}/gamma", (width,)), (f"{name}/beta", (width,))]
+
+
+def mlp_variables(task, hidden_units, **_):
+    width, found = math.prod(task.input_shape), []
+    for index, units in enumerate(hidden_units):
+        found += _dense(f"dense_{index}", width, units)
         width = units
-    return total + dense(width, task.output_dim)
+    return found + _dense("logits", width, task.output_dim)
 
 
-def cnn_weights(task, filters, kernel_size, dense_units, **_):
+def cnn_variables(task, filters, kernel_size, dense_units, **_):
     image = image_shape(task)
     if image is None:
         return None  # not image-like: the builder itself says so
     height, width, channels = image[0], image[1], image[2] if len(image) > 2 else 1
-    total = 0
-    for out in filters:
-        total += kernel_size * kernel_size * channels * out + out
+    found = []
+    for index, out in enumerate(filters):
+        found += [(f"conv_{index}/kernel", (kernel_size, kernel_size, channels, out)), (f"conv_{index}/bias", (out,))]
         channels = out
         if min(height, width) >= 2:
             height, width = height // 2, width // 2
-    total += dense(height * width * channels, dense_units)
-    return total + dense(dense_units, task.output_dim)
+    found += _dense("dense", height * width * channels, dense_units)
+    return found + _dense("logits", dense_units, task.output_dim)
 
 
-def transformer_weights(task, d_model, num_layers, ff_dim, **_):
-    length = task.input_shape[0]
-    attention = 4 * (d_model * d_model + d_model)
-    block = attention + dense(d_model, ff_dim) + dense(ff_dim, d_model) + 2 * 2 * d_model
-    return (
-        (task.vocab_size or 0) * d_model + length * d_model + num_layers * block + 2 * d_model
-        + dense(d_model, task.output_dim)
-    )
+def transformer_variables(task, d_model, num_heads, num_layers, ff_dim, **_):
+    head = d_model // num_heads
+    found = [("token_embedding/embeddings", (task.vocab_size or 0, d_model)),
+             ("position_embedding/positions", (task.input_shape[0], d_model))]
+    for index in range(num_layers):
+        block = f"block_{index}"
+        found += _norm(f"{block}_attention_norm", d_model)
+        for part in ("query", "key", "value"):
+            found += [(f"{block}_attention/{part}/kernel", (d_model, num_heads, head)),
+                      (f"{block}_attention/{part}/bias", (num_heads, head))]
+        found += [(f"{block}_attention/attention_output/kernel", (num_heads, head, d_model)),
+                  (f"{block}_attention/attention_output/bias", (d_model,))]
+        found += _norm(f"{block}_ff_norm", d_model)
+        found += _dense(f"{block}_ff_in", d_model, ff_dim) + _dense(f"{block}_ff_out", ff_dim, d_model)
+    return found + _norm("final_norm", d_model) + _dense("logits", d_model, task.output_dim)
 
 
-WEIGHT_COUNTS = {"mlp": mlp_weights, "cnn": cnn_weights, "transformer": transformer_weights}
+# name -> variables(task, **params): [(Keras `variable.path`, shape)] of `model.weights`, in the
+# builder's order (a test holds each against the built Keras model). Dropout's seed-generator
+# states (two int64 per layer, named by a process-wide counter) are not weights and are left out.
+MODEL_VARIABLES = {"mlp": mlp_variables, "cnn": cnn_variables, "transformer": transformer_variables}
+
+
+def variable_shapes(name, params, task):
+    """`[(path, shape)]` of the weights built-in model `name` has for `task`, or None when it cannot tell."""
+    variables = MODEL_VARIABLES.get(name)
+    return None if variables is None else variables(task, **params)
 
 
 def weight_count(name, params, task):
     """The number of weights built-in model `name` has for `task`, or None when it cannot tell."""
-    count = WEIGHT_COUNTS.get(name)
-    return None if count is None else count(task, **params)
+    shapes = variable_shapes(name, params, task)
+    return None if shapes is None else sum(math.prod(shape) for _, shape in shapes)
 
 
 def available_memory():

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from opt_train.optimizers import names
+from opt_train.optimizers.mesh_state import belongs_to
 from opt_train.optimizers.transform import GradientTransform
 
 
@@ -54,6 +55,15 @@ class AccumulateState(NamedTuple):
         if self.per_update == 1:
             return 1
         return self.per_update - int(self.mini_step.numpy())
+
+
+def _accumulator(i, variable):
+    """The float32 sum of `variable`'s micro-batch gradients (on a mesh: laid out as the variable)."""
+    with belongs_to(variable):
+        # ON_READ: under a tf.distribute strategy each replica keeps its own sum (outside one, a plain variable).
+        return tf.Variable(tf.zeros(variable.shape, tf.float32), trainable=False, name=f"accumulator_{i}",
+                           synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.SUM)
 
 
 def _add_into(accumulator, gradient):
@@ -97,14 +107,7 @@ def accumulate(k, inner, mode="mean"):
     def init(variables):
         accumulators = ()
         if k > 1:
-            # ON_READ: under a tf.distribute strategy each replica keeps its own sum (outside
-            # one, a plain variable).
-            accumulators = tuple(
-                tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name=f"accumulator_{i}",
-                            synchronization=tf.VariableSynchronization.ON_READ,
-                            aggregation=tf.VariableAggregation.SUM)
-                for i, v in enumerate(variables)
-            )
+            accumulators = tuple(_accumulator(i, v) for i, v in enumerate(variables))
         return AccumulateState(
             mini_step=tf.Variable(0, dtype=tf.int64, trainable=False, name="mini_step"),
             emit=tf.Variable(True, trainable=False, name="emit"),

@@ -126,6 +126,19 @@ class Adam(Optimizer):
             use_nesterov=self.use_nesterov,
         )
 
+    def dense_update(self, gradient, variable, lr):
+        # The fused kernel's math (training_ops.cc ApplyAdamNonCuda) as separate ops: the path a
+        # DVariable takes, since DTensor cannot lay out ResourceApplyAdam on a sharded variable.
+        step_size = self._step_size(lr, variable.dtype)
+        beta_1, beta_2, epsilon = self._hyper(variable.dtype)
+        m_slot, v_slot = self.slot(variable, "m"), self.slot(variable, "v")
+        m = m_slot + (gradient - m_slot) * (1 - beta_1)
+        v = v_slot + (gradient * gradient - v_slot) * (1 - beta_2)
+        self.assign(m_slot, m)
+        self.assign(v_slot, v)
+        direction = gradient * (1 - beta_1) + beta_1 * m if self.use_nesterov else m
+        self.assign_sub(variable, (direction * step_size) / (tf.sqrt(v) + epsilon))
+
     def sparse_update(self, gradient, variable, lr):
         # TF1: decay every row of m and v, then add the named rows' share. This reads
         # the whole of m, v and the variable, as TF1's does; LazyAdam does not.

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from opt_train import params
+from opt_train.optimizers.mesh_state import is_dvariable
 from opt_train.optimizers.specs import base_args, check_args
 from opt_train.optimizers.table import USE_LOCKING, row_of_class
 
@@ -364,10 +365,15 @@ class Optimizer(TF1OptimizerAPI, keras.optimizers.Optimizer):
                 self.sparse_update(gradient, variable, lr)
             return
         gradient = tf.cast(gradient, dtype)
-        if self.dense_kernel(variable):
+        if self.dense_kernel(variable) and not self._separate_ops_on_mesh(variable):
             self.fused_dense_update(gradient, variable, lr)
         else:
             self.dense_update(gradient, variable, lr)
+
+    def _separate_ops_on_mesh(self, variable):
+        """A DVariable takes the separate-op path where the class has one: several of TF1's fused
+        kernels have no DTensor layout propagation (`opt_train.optimizers.mesh_state`)."""
+        return type(self).dense_update is not Optimizer.dense_update and is_dvariable(variable)
 
     def dense_update(self, gradient, variable, lr):
         """Applies a dense gradient as separate ops."""

@@ -102,8 +102,10 @@ class BackoffScaler(tf.Module):
         grow = tf.logical_and(finite, tf.equal(state[1], 0.0))
         # Finite: [s * (f or 1), phase + 1]; overflow: [s / f, 0 + 1] (the phase restarts at i - last = 1).
         # Dividing (not multiplying by 1/f) rounds as OpenSeq2Seq does for any factor.
-        multiplier = tf.where(grow, tf.constant([self.step_factor, 1.0]), tf.constant([1.0, 1.0]))
-        divisor = tf.where(finite, tf.constant([1.0, 1.0]), tf.constant([self.step_factor, float("inf")]))
+        # Selected as scalars and stacked: a scalar condition broadcast over vectors (SelectV2)
+        # crashes a DTensor step (TF 2.21, segmentation fault on a mesh).
+        multiplier = tf.stack([tf.where(grow, self.step_factor, 1.0), 1.0])
+        divisor = tf.stack([tf.where(finite, 1.0, self.step_factor), tf.where(finite, 1.0, float("inf"))])
         stepped = state * multiplier / divisor + tf.constant([0.0, 1.0])
         bounded = tf.clip_by_value(stepped, [self.scale_min, 0.0], [self.scale_max, float(self.step_window)])
         # The phase wraps at w; the scale (< float32's max) is left as it is by the same op.

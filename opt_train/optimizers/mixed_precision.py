@@ -25,6 +25,7 @@ import keras
 
 from opt_train.optimizers import names
 from opt_train.optimizers.freezing import variable_path
+from opt_train.optimizers.mesh_state import belongs_to
 
 _POLICY_NAMES = {
     "float32": "float32",
@@ -64,6 +65,7 @@ def _master(variable):
     """
     *scopes, leaf = variable_path(variable).replace(":", "_").split("/")
     with contextlib.ExitStack() as stack:
+        stack.enter_context(belongs_to(variable))  # on a mesh: the variable's layout
         for scope in scopes:
             stack.enter_context(keras.name_scope(scope))
         return keras.Variable(tf.cast(variable, tf.float32), trainable=False, name=f"{leaf}_master")

@@ -240,6 +240,10 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
             opt = MixedPrecisionOptimizerWrapper(opt)
         if groups:
             opt = _grouped(groups, optimizer, optimizer_params, learning_rate_decay_fn, opt, dtype)
+        if distributed.mesh is not None:
+            from opt_train.optimizers.mesh_state import mesh_aware
+
+            opt = mesh_aware(opt, distributed.mesh)  # its state: DVariables laid out as their variables
     pipeline = build_pipeline(
         scaler, distributed, iter_size=iter_size, clip_gradients=clip_gradients, larc_params=larc_params,
         inserted=inserted, on_nonfinite=on_nonfinite, max_consecutive_overflows=max_consecutive_overflows,

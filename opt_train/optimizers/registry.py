@@ -13,13 +13,28 @@ from opt_train.optimizers.construct import instantiate
 from opt_train.optimizers.serialization import deserialize
 
 
-def get(identifier, **params):
+def get(identifier, *, mesh=None, **params):
     """An optimizer instance from a name, dotted path, class, instance or serialized dict.
 
     Examples: `get("Momentum", learning_rate=0.1, momentum=0.9)`,
     `get("AdamOptimizer", beta1=0.8)`, `get("keras.optimizers.RMSprop")`,
     `get({"class_name": "SGD", "config": {...}})`.
+
+    `mesh`: a `tf.experimental.dtensor.Mesh`, as the DTensor SGD's `mesh=` of
+    `tf.keras.dtensor.experimental.optimizers`: the optimizer's state is created as
+    DVariables, each slot laid out as its model variable (which must be a DVariable
+    on `mesh`), counters and the learning rate replicated
+    (`opt_train.optimizers.mesh_state.mesh_aware`).
     """
+    optimizer = _get(identifier, **params)
+    if mesh is not None:
+        from opt_train.optimizers.mesh_state import mesh_aware
+
+        optimizer = mesh_aware(optimizer, mesh)
+    return optimizer
+
+
+def _get(identifier, **params):
     if identifier is None:
         raise ParamError("optimizer", "missing", "is required", None,
                          text="An optimizer is required. Received: optimizer=None")

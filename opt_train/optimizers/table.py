@@ -26,6 +26,29 @@ PACKAGE = "opt_train.optimizers"
 
 
 @dataclass(frozen=True)
+class Slot:
+    """One piece of state an optimizer keeps per variable, for the memory plan and the mesh.
+
+    `shape` says which shape it takes from its variable: "variable" (the same shape, laid out
+    as the variable), "scalar" (shape (), replicated), or Adafactor's factored pair "rows"
+    (the shape without its last dimension) and "columns" (without its second-to-last); a
+    factored slot of a variable of rank < 2 is a scalar placeholder. Under a mesh only a
+    "variable" slot is sharded (as its variable); the others are replicated. `when` names what
+    the slot needs to exist: a constructor parameter that must be true / non-zero
+    ("amsgrad", "momentum"), or "adam_variable" (Muon: the variables it trains with AdamW).
+    `dtype` is the slot's own dtype when it is not its variable's ("float32", "int32").
+    """
+
+    name: str
+    shape: str = "variable"
+    when: str | None = None
+    dtype: str | None = None
+
+
+SLOT_SHAPES = ("variable", "scalar", "rows", "columns")
+
+
+@dataclass(frozen=True)
 class Row:
     """One optimizer: its display name, family, class location and own constructor parameters.
 
@@ -33,6 +56,12 @@ class Row:
     (family "keras") also names the Keras class it wraps (`keras_class`, an attribute of
     `keras.optimizers`) and its slots for `get_slot` (TF1 slot name -> attribute holding
     the Keras slot list).
+
+    `state` lists the per-variable state the class creates (`Slot`s, in creation order)
+    and `scalars` how many float32 scalars it keeps beside Keras' `iterations` (TF1 Adam's
+    beta powers, Nadam's `u_product`): the memory plan and the mesh layouts read them.
+    `mesh` says why the class cannot update variables laid out on a DTensor mesh (None: it
+    can), unless its parameter `mesh_unless` is true (`mesh_refusal` reads both).
     """
 
     name: str
@@ -41,6 +70,13 @@ class Row:
     params: dict
     keras_class: str | None = None
     slots: dict = field(default_factory=dict)
+    state: tuple = ()
+    scalars: int = 0
+    mesh: str | None = None
+    mesh_unless: str | None = None
+
+    def __post_init__(self):
+        assert all(slot.shape in SLOT_SHAPES for slot in self.state), self.name
 
 
 # ----- the columns' shared parts -----
@@ -164,16 +200,35 @@ _RETURNN_ADAM = {
     "epsilon": Param(1e-8, p.NON_NEGATIVE),
 }
 _ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
+_ADAM_STATE = [Slot("m"), Slot("v"), Slot("vhat", when="amsgrad")]
 
 
-def own(name, family, location, params):
-    """The row of one of opt-train's own classes (on `base.Optimizer`): its arguments and `use_locking`."""
-    return Row(name, family, location, {**params, "use_locking": USE_LOCKING})
+def own(name, family, location, params, state=(), scalars=0, mesh=None, mesh_unless=None):
+    """The row of one of opt-train's own classes (on `base.Optimizer`): its arguments and `use_locking`.
+
+    `state`: the names of its per-variable slots (or `Slot`s where one is not simply the variable's shape).
+    """
+    return Row(name, family, location, {**params, "use_locking": USE_LOCKING}, state=_slots(state), scalars=scalars,
+               mesh=mesh, mesh_unless=mesh_unless)
 
 
-def keras_builtin(name, keras_class, slots, params):
-    """The row of a Keras 3 built-in, wrapped with the TF1 API in `keras_family.py` (Keras' defaults)."""
-    return Row(name, "keras", f"keras_family:{name}", dict(params), keras_class=keras_class, slots=dict(slots))
+def _fused_only(name, kernel, keras_twin, unless=""):
+    """Why a class whose dense update is TF1's fused kernel alone cannot run on a mesh."""
+    return (f"{name} cannot run on a mesh: its update is TF1's fused {kernel}, which DTensor cannot lay out "
+            f"(no layout propagation); use {unless}{keras_twin}")
+
+
+def keras_builtin(name, keras_class, slots, params, state=None, scalars=0):
+    """The row of a Keras 3 built-in, wrapped with the TF1 API in `keras_family.py` (Keras' defaults).
+
+    `state` defaults to one variable-shaped slot per entry of `slots`.
+    """
+    return Row(name, "keras", f"keras_family:{name}", dict(params), keras_class=keras_class, slots=dict(slots),
+               state=_slots(slots if state is None else state), scalars=scalars)
+
+
+def _slots(names):
+    return tuple(name if isinstance(name, Slot) else Slot(name) for name in names)
 
 
 # ----- the table -----
@@ -188,43 +243,50 @@ ROWS = (
         # TF1's MomentumOptimizer has no default momentum.
         "momentum": Param(REQUIRED, p.NON_NEGATIVE_FLOAT),
         "use_nesterov": Param(False, _BOOL),
-    }),
+    }, state=["momentum"]),
     own("Adagrad", "tf1", "adagrad:Adagrad",
-        {"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT)}),
+        {"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT)},
+        state=["accumulator"]),
     own("ProximalAdagrad", "tf1", "adagrad:ProximalAdagrad", {
         "learning_rate": _lr(0.01),
         "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
         **_L1_L2,
-    }),
+    }, state=["accumulator"]),
     own("AdagradDA", "tf1", "adagrad_da:AdagradDA", {
         "learning_rate": _lr(0.01),
         "initial_gradient_squared_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
         **_L1_L2,
-    }),
+    }, state=["gradient_accumulator", "gradient_squared_accumulator"]),
     own("Adadelta", "tf1", "adadelta:Adadelta", {
         "learning_rate": _lr(0.001),
         "rho": Param(0.95, p.UNIT),
         "epsilon": Param(1e-8, p.NON_NEGATIVE),
-    }),
-    own("Adam", "tf1", "adam:Adam", _TF1_ADAM),
-    own("LazyAdam", "tf1", "adam:LazyAdam", _TF1_ADAM),
-    own("Ftrl", "tf1", "ftrl:Ftrl", {"learning_rate": _lr(0.01), **_FTRL}),
+    }, state=["accum", "accum_update"],
+        mesh=_fused_only("Adadelta", "ResourceApplyAdadelta", "KerasAdadelta (keras.optimizers.Adadelta)")),
+    # TF1's Adam keeps beta_1^t and beta_2^t as two scalars.
+    own("Adam", "tf1", "adam:Adam", _TF1_ADAM, state=["m", "v"], scalars=2),
+    own("LazyAdam", "tf1", "adam:LazyAdam", _TF1_ADAM, state=["m", "v"], scalars=2),
+    own("Ftrl", "tf1", "ftrl:Ftrl", {"learning_rate": _lr(0.01), **_FTRL}, state=["accum", "linear"]),
     own("RMSProp", "tf1", "rmsprop:RMSProp", {
         "learning_rate": _lr(0.01),
         "rho": Param(0.9, p.UNIT),
         "momentum": Param(0.0, p.NON_NEGATIVE),
         "epsilon": Param(1e-10, p.NON_NEGATIVE),
         "centered": Param(False, _BOOL),
-    }),
+    }, state=["rms", "momentum", Slot("mg", when="centered")],
+        mesh=_fused_only("RMSProp", "ResourceApplyRMSProp", "KerasRMSprop (keras.optimizers.RMSprop)",
+                         unless="centered: true (its kernel has the rule), or "),
+        mesh_unless="centered"),
     # Keras 3's classes, wrapped; TF1 names win a clash, so Keras's Adam & co. take a "Keras" prefix.
     keras_builtin("SGD", "SGD", {"momentum": "momentums"},
           {"learning_rate": _lr(0.01),
            # Keras refuses a momentum that is no float, in its one sentence; YAML's `momentum: 1` passes as 1.0.
            "momentum": Param(0.0, keras_says(p.UNIT, "`momentum` must be a float between [0, 1].",
                                              codes=("out_of_range", "wrong_type"))),
-           "nesterov": Param(False, _BOOL)}),
+           "nesterov": Param(False, _BOOL)},
+          state=[Slot("momentum", when="momentum")]),
     keras_builtin("Adamax", "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
-    keras_builtin("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
+    keras_builtin("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM, scalars=1),
     keras_builtin("AdamW", "AdamW", _ADAM_SLOTS, {
         "learning_rate": _lr(0.001),
         "weight_decay": Param(0.004, keras_says(
@@ -233,7 +295,7 @@ ROWS = (
         **_ADAM,
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "amsgrad": Param(False, _BOOL),
-    }),
+    }, state=_ADAM_STATE),
     keras_builtin("Adafactor", "Adafactor", {"r": "_r", "c": "_c", "v": "_v"}, {
         "learning_rate": _lr(0.001),
         "beta_2_decay": Param(-0.8, p.ANY_NUMBER),
@@ -241,7 +303,7 @@ ROWS = (
         "epsilon_2": Param(0.001, p.NON_NEGATIVE_FLOAT),
         "clip_threshold": Param(1.0, p.NON_NEGATIVE_FLOAT),
         "relative_step": Param(True, _BOOL),
-    }),
+    }, state=[Slot("r", "rows"), Slot("c", "columns"), Slot("v")]),
     keras_builtin("Lion", "Lion", {"m": "_momentums"}, {
         "learning_rate": _lr(0.001),
         "beta_1": Param(0.9, keras_says(
@@ -268,14 +330,15 @@ ROWS = (
         "ns_steps": Param(5, p.integer(1)),
         "nesterov": Param(True, _BOOL),
         "rms_rate": Param(0.2, p.optional(p.NON_NEGATIVE_FLOAT)),
-    }),
+    }, state=[Slot("momentum"), Slot("v", when="adam_variable")]),
     keras_builtin("ScheduleFreeAdamW", "ScheduleFreeAdamW", {"z": "_momentums", "v": "_velocities"}, {
         "learning_rate": _lr(0.0025),
         **_ADAM,
         "epsilon": Param(1e-8, p.NON_NEGATIVE_FLOAT),
         "warmup_steps": Param(0, p.integer(0)),
     }),
-    keras_builtin("KerasAdam", "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)}),
+    keras_builtin("KerasAdam", "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)},
+                  state=_ADAM_STATE),
     keras_builtin("KerasAdagrad", "Adagrad", {"accumulator": "_accumulators"}, {
         "learning_rate": _lr(0.001),
         "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE_FLOAT),
@@ -296,7 +359,7 @@ ROWS = (
         "momentum": Param(0.0, p.NON_NEGATIVE_FLOAT),
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "centered": Param(False, _BOOL),
-    }),
+    }, state=[Slot("rms"), Slot("momentum", when="momentum"), Slot("mg", when="centered")]),
     # OpenSeq2Seq's.
     own("NovoGrad", "openseq2seq", "novograd:NovoGrad", {
         "learning_rate": _lr(1.0),
@@ -305,7 +368,7 @@ ROWS = (
         "epsilon": Param(1e-8, p.NON_NEGATIVE),
         "coupled_weight_decay": Param(0.0, p.NON_NEGATIVE),
         "grad_averaging": Param(False, _BOOL),
-    }),
+    }, state=["momentum", Slot("grads_ema", "scalar", dtype="float32")]),
     # RETURNN's.
     own("AMSGrad", "returnn", "amsgrad:AMSGrad", {
         "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
@@ -313,20 +376,21 @@ ROWS = (
         "beta_1": Param(0.9, p.FRACTION),
         "beta_2": Param(0.99, p.FRACTION),
         "epsilon": Param(0.0, p.NON_NEGATIVE),
-    }),
+    }, state=["m", "v", "v_hat"]),
     own("CustomGradientDescent", "returnn", "custom:CustomGradientDescent",
         {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
-    own("CustomAdam", "returnn", "custom:CustomAdam", _RETURNN_ADAM),
-    own("GradVarianceScaled", "returnn", "grad_variance_scaled:GradVarianceScaled", _RETURNN_ADAM),
+    own("CustomAdam", "returnn", "custom:CustomAdam", _RETURNN_ADAM, state=["m", "v"]),
+    own("GradVarianceScaled", "returnn", "grad_variance_scaled:GradVarianceScaled", _RETURNN_ADAM,
+        state=["m", "v"]),
     own("NeuralOptimizer1", "returnn", "neural_optimizer1:NeuralOptimizer1", {
         "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
         "beta_1": Param(0.9, p.FRACTION),
         "decrease_factor": Param(0.1, p.NON_NEGATIVE),
-    }),
+    }, state=["m"]),
     own("NormalizedSGD", "returnn", "normalized_sgd:NormalizedSGD",
         {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
     # RETURNN's NadamOptimizer: TF1 Adam's arguments and defaults.
-    own("ReturnnNadam", "returnn", "returnn_nadam:ReturnnNadam", _TF1_ADAM),
+    own("ReturnnNadam", "returnn", "returnn_nadam:ReturnnNadam", _TF1_ADAM, state=["m", "v"], scalars=2),
 )
 
 # ----- views of the table -----
@@ -373,6 +437,22 @@ def resolve(name):
     if key in REPLACED:
         raise ParamError(None, "unknown_name", REPLACED[key], text=REPLACED[key])
     return OPTIMIZERS.resolve(name)
+
+
+def mesh_refusal(name, params=None):
+    """Why optimizer `name` with constructor `params` cannot update variables laid out on a DTensor mesh, or None.
+
+    A user's class (a dotted path) is not refused here: the backend's own check of the built step decides.
+    """
+    if is_path(name):
+        return None
+    row = TABLE[resolve(name)]
+    if row.mesh is None:
+        return None
+    unless = row.mesh_unless
+    if unless is not None and (params or {}).get(unless, row.params[unless].default):
+        return None
+    return row.mesh
 
 
 def family_of(name):

@@ -55,9 +55,10 @@ class TrainOp(tf.Module):
         self.optimizer = optimizer
         self.backend = backend
         self.count_skipped_updates = bool(count_skipped_updates)
-        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # Every micro-batch run, skipped updates included: where the data stream stands.
-        self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_batches")
+        with backend.counter_scope():  # on a mesh: replicated DVariables
+            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # Every micro-batch run, skipped updates included: where the data stream stands.
+            self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_batches")
         self._pipeline = pipeline
         self._var_list = var_list
         self._freeze_regex = freeze_variables_regex
@@ -68,6 +69,9 @@ class TrainOp(tf.Module):
         # tf.distribute the forward/backward pass (on each replica) is; the update runs through the
         # strategy's cross-replica `update`, which XLA cannot hold.
         self._strategy = backend.strategy
+        # A DTensor mesh: batches are laid out on it before the compiled step (`backend.place_batch`).
+        self._mesh = backend.mesh
+        self._checked = set()
         around_allreduce = jit_compile and not self._whole_step_xla
         self._forward_backward = (
             tf.function(self._gradients, jit_compile=True) if around_allreduce else self._gradients
@@ -147,10 +151,14 @@ class TrainOp(tf.Module):
 
     # -- the step --------------------------------------------------------------
     def _gradients(self, batch):
-        with tf.GradientTape() as tape:
+        with self.backend.forward(), tf.GradientTape() as tape:
             loss = tf.cast(self.loss_fn(batch), tf.float32)
             scaled = self._scale.scale_loss(loss)
-        return loss, tape.gradient(scaled, self.variables_to_train)
+        grads = tape.gradient(scaled, self.variables_to_train)
+        if self._mesh is not None:
+            # DTensor has no layout for a scatter update: an embedding's rows arrive dense.
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        return loss, grads
 
     def _apply(self, grads):
         pairs = [(g, v) for g, v in zip(grads, self.variables_to_train) if g is not None]
@@ -256,7 +264,10 @@ class TrainOp(tf.Module):
             **stages,  # loss_scale first: the unscale stage's
         }
         if summarize:
-            result.update(self._summary_entries(grads, larc, learning_rate))
+            entries = self._summary_entries(grads, larc, learning_rate)
+            if self._mesh is not None:  # whole on every device: the reporter reads them as NumPy
+                entries = {name: self.backend.whole(value) for name, value in entries.items()}
+            result.update(entries)
         return result
 
     def _summary_entries(self, grads, larc, learning_rate):
@@ -294,8 +305,16 @@ class TrainOp(tf.Module):
                                               jit_compile=self._whole_step_xla, autograph=False)
         return self._compiled[key]
 
-    @staticmethod
-    def _check_iterator(iterator):
+    def _call_step(self, key, function, *args):
+        """`function(*args)`; on a mesh, first checked once per kind of step (`backend.check_step`)."""
+        if self._mesh is not None and key not in self._checked:
+            self.backend.check_step(function, *args)
+            self._checked.add(key)
+        return function(*args)
+
+    def _check_iterator(self, iterator):
+        if self._mesh is not None:
+            return  # the mesh backend's iterator lays each batch out eagerly (`backend.distribute`)
         if not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
             # A Python iterator would be read once, while tracing: every step would see one batch.
             raise ValueError(
@@ -317,7 +336,8 @@ class TrainOp(tf.Module):
         while True:
             for left in range(self._accumulation.micro_batches_left(), 0, -1):
                 last = left == 1
-                result = self._compiled_step(bool(summarize and last), bool(statistics and last))(next(iterator))
+                kind = (bool(summarize and last), bool(statistics and last))
+                result = self._call_step(kind, self._compiled_step(*kind), next(iterator))
                 losses.append(result["loss"])
             # Reading the step is a host sync, paid only on the updates someone reports on.
             if start is None or int(self.global_step.numpy()) > start or self.stop_reason is not None:
@@ -339,6 +359,8 @@ class TrainOp(tf.Module):
         """
         self._check_iterator(iterator)
         self.build()
+        if self._mesh is not None:
+            return self._run_placed(iterator, updates)
         if "run" not in self._compiled:
             self._compiled["run"] = tf.function(self._run_many, autograph=False)
         return self._compiled["run"](iterator, tf.constant(updates, tf.int64))
@@ -368,6 +390,18 @@ class TrainOp(tf.Module):
         )
         return total / tf.cast(tf.maximum(count, 1), tf.float32)
 
+    def _run_placed(self, iterator, updates):
+        """`run` on a mesh: the same turns as `_run_many`, each micro-batch laid out eagerly before its step."""
+        step = self._compiled_step(False, False)
+        target = int(self.global_step.numpy()) + updates
+        total, count = 0.0, 0
+        while int(self.global_step.numpy()) < target:
+            if not self.count_skipped_updates and self.stop_reason is not None:
+                break
+            total += float(self._call_step((False, False), step, next(iterator))["loss"])
+            count += 1
+        return tf.constant(total / max(count, 1), tf.float32)
+
     def __call__(self, batch, summarize=False, statistics=True):
         """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""
         if self._strategy is not None:
@@ -375,8 +409,11 @@ class TrainOp(tf.Module):
                 "Under tf.distribute the train op reads its batches itself: call "
                 "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch"
             )
+        if self._mesh is not None:
+            batch = self.backend.place_batch(batch)
         self.build(batch)
-        return self._compiled_step(bool(summarize), bool(statistics))(batch)
+        kind = (bool(summarize), bool(statistics))
+        return self._call_step(kind, self._compiled_step(*kind), batch)
 
     @property
     def data_position(self):

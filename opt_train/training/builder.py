@@ -71,10 +71,14 @@ def build_run(config, backend, *, with_train_op=True):
     data = data._replace(task=_scored_as_output(config, model, data.task))
     with _config_key(config, "initializer_params"):
         apply_initializer(model, config)  # OpenSeq2Seq's `initializer` (training/compat.py)
+    if backend.mesh is not None:
+        with _config_key(config, "layouts"):
+            backend.place_model(model)  # every variable a DVariable of its layout (distributed/mesh.py)
     max_steps, updates_per_epoch = run_length(config, data)
     from opt_train.models.registry import weights_note
 
-    notes = [weights_note(config.model, config.model_params), batch_norm_note(config, backend, model)]
+    notes = [weights_note(config.model, config.model_params), batch_norm_note(config, backend, model),
+             *(memory_notes(config, model) if with_train_op else ())]
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None,
               notes=tuple(filter(None, notes)))
     if with_train_op:
@@ -84,7 +88,8 @@ def build_run(config, backend, *, with_train_op=True):
         if config.lr_control is not None:
             from opt_train.training.controls import ScaledSchedule
 
-            run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
+            with backend.counter_scope():  # on a mesh the factor, read in every step, is a DVariable
+                run.schedule = ScaledSchedule(run.schedule)  # the factor lr_control sets (training/controls.py)
         run.train_op = _train_op(config, backend, data.task, model, run.schedule, optimizer_params)
         run.notes += tuple(group_notes(config, run.train_op.optimizer))
     return run
@@ -100,9 +105,46 @@ def group_notes(config, optimizer):
             for label, count, name, multiplier in describe()]
 
 
+def backend_for(config):
+    """The process group `config` asks for: a DTensor mesh (`mesh:`), else its `distributed` backend.
+
+    What a mesh cannot combine with (Horovod, workers, num_gpus) was refused when the config
+    loaded (`config/validate.py`); a mesh larger than the machine's GPUs is a ConfigError at `mesh`.
+    """
+    from opt_train.distributed import get_backend
+    from opt_train.distributed.mesh_layout import mesh_axes
+
+    mesh = config.mesh
+    if not mesh_axes(mesh):
+        return get_backend(config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs,
+                           startup_timeout=config.startup_timeout_secs)
+    from opt_train.distributed.mesh import MeshBackend
+
+    with _config_key(config, "mesh"):
+        return MeshBackend(mesh, config.layouts, config.mesh_batch_axis)
+
+
+def memory_notes(config, model):
+    """The memory plan's lines for a model built by code (a factory, a Keras application), sized now it is built.
+
+    A built-in model's plan is `validate`'s (`opt_train.config.memory`), known before TensorFlow starts;
+    under a mesh it is checked here too, for what `train` would otherwise take silently (a `layouts`
+    key that is the first match of no variable leaves them replicated): a ConfigError at `layouts`.
+    """
+    from opt_train.config.memory import plan_lines
+
+    if isinstance(config.model, str) and not config.mesh:
+        return ()
+    lines = tuple(plan_lines(config, [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]))
+    return () if isinstance(config.model, str) else lines
+
+
 def batch_norm_note(config, backend, model):
-    """One line when replicas normalize their own batches (not one process's global batch), else None."""
-    if backend.size <= 1:
+    """One line when replicas normalize their own batches (not one process's global batch), else None.
+
+    On a mesh there are no replicas: DTensor takes a layer's moments over the whole batch.
+    """
+    if backend.size <= 1 or backend.mesh is not None:
         return None
     local = [layer for layer in _all_layers(model)
              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized]

@@ -127,17 +127,23 @@ class Evaluator:
     With an `optimizer` that keeps an EMA of the weights (`use_ema`), it evaluates the averages.
     """
 
-    def __init__(self, model, data, jit_compile=False, optimizer=None):
+    def __init__(self, model, data, jit_compile=False, optimizer=None, backend=None):
         self.model = model
         self.optimizer = optimizer
         self.uses_ema = uses_ema(optimizer)
         self.dataset = data.eval
         self.task = data.task
-        self.metrics = data.task.make_metrics()
-        self._step = tf.function(self._update, jit_compile=jit_compile, autograph=False, **_one_trace(self.dataset))
+        # On a mesh (`opt_train.distributed.mesh`): the metrics' state is replicated DVariables
+        # and each batch is laid out whole on every device (a short last batch need not divide).
+        self._mesh = backend if backend is not None and backend.mesh is not None else None
+        with backend.scope() if self._mesh else contextlib.nullcontext():
+            self.metrics = data.task.make_metrics()
+        trace = {"reduce_retracing": True} if self._mesh else _one_trace(self.dataset)
+        self._step = tf.function(self._update, jit_compile=jit_compile, autograph=False, **trace)
 
     def _update(self, features, labels, sample_weight=None):
-        predictions = self.model(features, training=False)
+        with self._mesh.forward() if self._mesh else contextlib.nullcontext():
+            predictions = self.model(features, training=False)
         for name, metric in self.metrics.items():
             if name == "loss":
                 # Weighted by batch size, so a short last batch counts for what it holds.
@@ -153,7 +159,7 @@ class Evaluator:
             metric.reset_state()
         with averaged_weights(self.optimizer):
             for batch in self.dataset:  # (x, y) or, from a data factory, (x, y, sample_weight)
-                self._step(*batch)
+                self._step(*(self._mesh.place_replicated(batch) if self._mesh else batch))
         results = {name: float(metric.result()) for name, metric in self.metrics.items()}
         return self.task.finalize(results)
 

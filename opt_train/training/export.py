@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import os
 import shutil
@@ -107,7 +109,7 @@ def export_at_end(run, say):
     directory = export_dir(run.config)
     try:
         # With use_ema, what ships is the moving average of the weights, as Keras's fit() leaves it.
-        with averaged_weights(getattr(run.train_op, "optimizer", None)) as averaged:
+        with averaged_weights(getattr(run.train_op, "optimizer", None)) as averaged, _unsharded(run):
             export_model(run.model, run.data.task, directory)
     except (NotImplementedError, TypeError, ValueError) as error:  # e.g. a custom layer without get_config
         say(f"export to {directory} incomplete: {' '.join(str(error).split())[:300]}")
@@ -115,6 +117,13 @@ def export_at_end(run, say):
     written = f"{os.path.join(directory, KERAS_FILE)} and {os.path.join(directory, SAVED_MODEL_DIR)}/"
     say(f"exported {written}{weights_note(averaged)}")
     return directory
+
+
+def _unsharded(run):
+    """Within: a mesh run's model holds whole, ordinary variables (what ships is never sharded)."""
+    if run.backend.mesh is None:
+        return contextlib.nullcontext()
+    return run.backend.unsharded(run.model.variables)
 
 
 def _replace_directory(path, write):

@@ -87,7 +87,7 @@ def check_same_run(config, logdir, *, continue_anyway):
     saved = saved_config(logdir)
     if saved is None:
         return []
-    changed = differences(saved, config.to_dict(), config.not_run_keys())
+    changed = differences(saved, config.to_dict(), config.not_run_keys()) + _batch_shards_changed(saved, config)
     if not changed or continue_anyway:
         return changed
     shown = "; ".join(
@@ -99,6 +99,24 @@ def check_same_run(config, logdir, *, continue_anyway):
         "Choose: --resume to continue it anyway with the new values (where its checkpoint "
         "still fits), a new logdir, or --no-resume to start afresh in a new folder beside it"
     )
+
+
+def _batch_shards_changed(saved, config):
+    """`[("mesh", saved, current)]` when the mesh splits the batch into another number of shards.
+
+    `mesh` and `layouts` are placement (a resume may change the model axis and the layouts),
+    but the batch axis's size multiplies the global batch: changing it is another run.
+    """
+    from opt_train.distributed.mesh_layout import DEFAULT_BATCH_AXIS, batch_shards, mesh_axes
+
+    if "mesh" not in saved:
+        return []
+    try:
+        before = batch_shards(mesh_axes(saved.get("mesh")), saved.get("mesh_batch_axis") or DEFAULT_BATCH_AXIS)
+    except ValueError:  # a saved config this version cannot read: nothing to compare
+        return []
+    now = batch_shards(mesh_axes(config.mesh), config.mesh_batch_axis)
+    return [] if before == now else [("mesh", saved.get("mesh"), config.mesh)]
 
 
 def _show(value):

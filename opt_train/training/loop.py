@@ -29,8 +29,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
     fresh folder beside logdir when logdir holds a run (see `training.logdir`).
     `evaluate=False` (`--mode train`) runs no evaluation, in the run or at its end.
     """
-    from opt_train.distributed import get_backend
-    from opt_train.training.builder import build_run, graph_refusals
+    from opt_train.training.builder import backend_for, build_run, graph_refusals
     from opt_train.training.logdir import LogdirLock, check_launch, prepare
 
     warning = check_launch(config)
@@ -41,10 +40,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
             config, save_checkpoint_steps=None, eval_steps=None, save_summaries_steps=None
         )
         resume = False
-    backend = backend or get_backend(
-        config.distributed, num_gpus=config.num_gpus, rank_timeout=config.rank_timeout_secs,
-        startup_timeout=config.startup_timeout_secs,
-    )
+    backend = backend or backend_for(config)
     if backend.num_workers > 1:
         from opt_train.distributed.launcher import NOUNS
         from opt_train.training.progress import worker_line
@@ -145,7 +141,7 @@ class Session:
         # A source without an eval split (TFRecord without eval_files) is not evaluated.
         evaluates = self.chief and run.data.eval is not None
         self.evaluator = Evaluator(run.model, run.data, config.jit_compile,
-                                   optimizer=run.train_op.optimizer) if evaluates else None
+                                   optimizer=run.train_op.optimizer, backend=run.backend) if evaluates else None
         self.benchmark = _Benchmark(run) if benchmark else None
         self.stop_requests = stop_requests
         self.cadence = StopCadence(every_update=config.on_nonfinite == "stop", agree=self._least_across_workers)

@@ -66,7 +66,8 @@ class Reporter:
             return
         writer = self._writer(split)
         tensors = {
-            tag(name, split): tf.convert_to_tensor(value) for name, value in values.items() if tag(name, split)
+            tag(name, split): _on_host(tf.convert_to_tensor(value)) for name, value in values.items()
+            if tag(name, split)
         }
         with writer.as_default():
             self._compiled[writer](tf.constant(step, tf.int64), tensors)
@@ -197,6 +198,18 @@ def _identity(record):
     else:
         kind = ",".join(sorted(key for key in record if key != "step"))
     return record.get("step"), kind
+
+
+def _on_host(value):
+    """A mesh run's DTensor as one ordinary tensor (its whole value): summary ops have no DTensor rules."""
+    from tensorflow.experimental import dtensor
+
+    if not dtensor.is_dtensor(value):
+        return value
+    layout = dtensor.fetch_layout(value)
+    if not layout.is_fully_replicated():
+        value = dtensor.relayout(value, dtensor.Layout.replicated(layout.mesh, value.shape.rank))
+    return dtensor.unpack(value)[0]
 
 
 def _write_summaries(step, tensors):

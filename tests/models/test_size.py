@@ -32,3 +32,30 @@ def test_an_input_that_is_no_image_has_no_count_and_the_builder_says_why():
     assert weight_count("cnn", CNN, task) is None
     with pytest.raises(ValueError, match="needs image-like inputs"):
         build_cnn(task, **CNN)
+
+
+# Every built-in model with its defaults and a few other parameter combinations, on the tasks it serves.
+SEQUENCE = Task("sequence", (8,), 12, input_dtype="int32", vocab_size=12)
+SHAPE_CASES = {
+    "mlp-defaults": ("mlp", {}, TASKS["flat_with_image_shape"]),
+    "mlp-three-layers-2d-input": ("mlp", {"hidden_units": [7, 5, 3], "dropout": 0.2}, TASKS["two_dimensional"]),
+    "cnn-defaults": ("cnn", {}, TASKS["flat_with_image_shape"]),
+    "cnn-three-blocks-rgb": ("cnn", {"filters": [4, 6, 8], "kernel_size": 5}, TASKS["three_dimensional"]),
+    "transformer-defaults": ("transformer", {}, SEQUENCE),
+    "transformer-one-layer-8-heads": (
+        "transformer", {"d_model": 32, "num_heads": 8, "num_layers": 1, "ff_dim": 48, "dropout": 0.1}, SEQUENCE),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPE_CASES))
+def test_variable_paths_and_shapes_are_the_built_keras_models(case):
+    from opt_train.models.build import BUILDERS
+    from opt_train.models.registry import check_params
+    from opt_train.models.size import variable_shapes
+
+    name, given, task = SHAPE_CASES[case]
+    params = check_params(name, given)
+    model = BUILDERS[name](task, **params)
+    built = [(weight.path, tuple(weight.shape)) for weight in model.weights]
+    assert variable_shapes(name, params, task) == built
+    assert weight_count(name, params, task) == model.count_params()

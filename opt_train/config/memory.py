@@ -1,0 +1,108 @@
+"""The memory plan `validate` prints: weights and optimizer state per device, with and without the config's mesh (TF-free).
+
+A built-in model's variables are known from its parameters and the data's shapes
+(`models.size.variable_shapes`), so the plan, and a layout that does not fit a shape, are
+known before TensorFlow starts. A model built by code (a factory, a Keras application, a
+saved model) or data whose shapes are only known when read as a stream (TFRecord files, a
+pipeline factory) gives no plan here; `train` prints the line once the model is built.
+"""
+
+from __future__ import annotations
+
+from opt_train.config.issues import ConfigError
+from opt_train.distributed.mesh_layout import plan_memory, variable_dtype
+from opt_train.errors import ParamError
+
+UNKNOWN = "memory per device: unknown until built ({why}); `train` prints it once the model is built"
+WITHOUT_MESH = "memory per device without the mesh:"
+# models.registry.spec_kind -> how the unknown line names the model
+BUILT_BY_CODE = {"factory": "a factory model", "keras_application": "a Keras application", "path": "a saved model"}
+
+
+def model_variables(config):
+    """`([(path, shape, dtype)], None)` of the config's built-in model, or `(None, why)` when only building it tells.
+
+    The data's shapes come from its source as `train` reads it (NumPy: a file dataset is read).
+    """
+    from opt_train.data import check_params as data_params
+    from opt_train.data import resolve as resolve_data
+    from opt_train.data.registry import DATASET_MODULES, is_factory
+    from opt_train.data.sources import LOADERS, load_source
+    from opt_train.models import registry as models
+    from opt_train.models.size import variable_shapes
+
+    if not isinstance(config.model, str):
+        return None, BUILT_BY_CODE[models.spec_kind(config.model)]
+    if is_factory(config.data):
+        return None, "a data factory"
+    data = resolve_data(config.data)
+    if data not in LOADERS and data not in DATASET_MODULES:
+        return None, f"{data} data is read as a stream"
+    try:
+        task = load_source(data, data_params(data, dict(config.data_params))).task
+    except ParamError as error:  # a file that cannot be read as the data: train says the same
+        raise ConfigError([config.issue_for("data_params", error)]) from None
+    name = models.resolve(config.model)
+    shapes = variable_shapes(name, models.check_params(name, dict(config.model_params)), task)
+    if shapes is None:
+        return None, f"the {name} model does not fit this data"
+    dtype = variable_dtype(config.dtype)
+    return [(path, shape, dtype) for path, shape in shapes], None
+
+
+def plan(config, variables, *, mesh=True):
+    """The `MemoryPlan` of `variables` as `config` trains them (on its mesh, or with `mesh=False` on one device)."""
+    return plan_memory(
+        variables,
+        optimizer=config.optimizer,
+        optimizer_params=dict(config.optimizer_params),
+        dtype=config.dtype,
+        iter_size=config.iter_size,
+        ema=bool(config.optimizer_params.get("use_ema")),
+        mesh=config.mesh if mesh else None,
+        layouts=config.layouts if mesh else None,
+        # As training.builder.learning_rate_schedule decides: a constant rate stays a float, a variable.
+        rate_variable=config.lr_policy in (None, "fixed") and not config.warmup and config.lr_control is None,
+        freeze_variables_regex=config.freeze_variables_regex,
+    )
+
+
+def memory_lines(config):
+    """What `validate` prints: `plan_lines` of the config's built-in model, else one "unknown until built" line."""
+    variables, why = model_variables(config)
+    if variables is None:
+        return [UNKNOWN.format(why=why)]
+    return plan_lines(config, variables)
+
+
+def plan_lines(config, variables):
+    """`memory per device: weights X, optimizer state Y, total Z` for `variables` trained as `config` says, and
+    with a mesh a second line, `memory per device without the mesh: ...`, for the same run on one device.
+
+    `variables`: `(path, shape, dtype[, trainable])` (a built model's `model.weights`, or `model_variables`).
+    A layout that does not fit a variable's shape, or a `layouts` key that is the first match of no variable,
+    is a `ConfigError` at `layouts` (the line where it was set).
+    """
+    try:
+        laid_out = plan(config, variables)
+    except ParamError as error:
+        raise ConfigError([config.issue_for("layouts", error)]) from None
+    if not config.mesh:
+        return [laid_out.line()]
+    taken = {_first(config, item.path) for item in laid_out.variables}
+    unmatched = [pattern for pattern in config.layouts if pattern not in taken]
+    if unmatched:
+        # A misspelt regex would leave every variable replicated without a word.
+        error = ParamError.at(
+            "layouts", "conflict",
+            f"layouts[{unmatched[0]!r}] is the first match of no variable of the {config.named('model')} model "
+            f"(its paths: {', '.join(item.path for item in laid_out.variables)})", unmatched[0])
+        raise ConfigError([config.issue_for("layouts", error)])
+    alone = plan(config, variables, mesh=False)
+    return [laid_out.line(), alone.line().replace("memory per device:", WITHOUT_MESH, 1)]
+
+
+def _first(config, path):
+    from opt_train.distributed.mesh_layout import matching_key
+
+    return matching_key(path, config.layouts)

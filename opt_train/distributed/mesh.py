@@ -1,0 +1,300 @@
+"""The DTensor mesh backend: one process, the model and every piece of state laid out on a device mesh.
+
+A fourth way to place a run, beside one process, tf.distribute replicas/workers and
+Horovod (`mesh:` / `layouts:` in YAML): the devices (GPUs, or on a machine without
+any, as many logical CPU devices) form a mesh of named axes; each model variable is
+a `DVariable` laid out as `layouts` says (`mesh_layout.layout_of`), every optimizer
+slot, float32 master, accumulator and EMA copy as its variable
+(`opt_train.optimizers.mesh_state`), counters and the loss scale replicated. Each
+step's global batch is laid out on the batch axis (`mesh_batch_axis`).
+
+DTensor runs the step as one SPMD program: the loss is the global batch's mean,
+gradients come back in their variable's layout already reduced over the batch axis
+(so `allreduce` is the identity), and a global norm or finite check over sharded
+gradients is global. The train op packs each batch onto the mesh before it calls the
+compiled step (`place_batch`) and checks once that the step touches no plain
+variable (`check_step`).
+
+A variable sharded on the batch axis (fully sharded, ZeRO-3 style) is gathered to
+its layout without the batch axis where the model reads it (`gathered_reads`); its
+gradient comes back reduce-scattered, and the optimizer updates each shard where it lies.
+
+`DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=0` must be set before TensorFlow
+starts: with it on, TF 2.21's combine pass can make a read of a DVariable return its
+value from before an assign earlier in the same step (Momentum drifted by 5e-2 in 5
+steps, no error). `opt_train.quiet.import_tensorflow` sets it unless the user set it, and so
+does importing this module; `MeshBackend` refuses any other value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from opt_train.distributed.base import Backend
+from opt_train.distributed.mesh_layout import batch_axis_of, layout_of, mesh_axes, mesh_devices
+from opt_train.errors import ParamError
+from opt_train.quiet import DTENSOR_COMBINE_VARIABLE
+
+os.environ.setdefault(DTENSOR_COMBINE_VARIABLE, "0")
+
+_gathering = threading.local()
+
+
+@contextlib.contextmanager
+def gathered_reads():
+    """Within: a variable sharded on the batch axis reads as its gathered value (the model's forward pass)."""
+    before = getattr(_gathering, "on", False)
+    _gathering.on = True
+    try:
+        yield
+    finally:
+        _gathering.on = before
+
+
+def mesh_devices_here(count):
+    """(device names, note) for a mesh of `count` devices: GPUs, or logical CPU devices on a machine without any."""
+    import tensorflow as tf
+
+    from opt_train.distributed.tfdist import _set_logical_cpus
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if len(gpus) < count:
+            raise ParamError.at(
+                "mesh", "out_of_range",
+                f"mesh uses {count} devices but this machine has {len(gpus)} GPU(s) "
+                f"({', '.join(gpu.name for gpu in gpus)})", count,
+            )
+        return [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(count)], None
+    if count > 1:
+        _set_logical_cpus(count)
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) < count:
+        raise ParamError.at(
+            "mesh", "out_of_range",
+            f"mesh uses {count} devices; no GPU was found and TensorFlow's runtime had already started with "
+            f"{len(cpus)} CPU device(s), too late to split the CPU", count,
+        )
+    note = f"mesh: no GPU found; the {count}-device mesh runs on {count} logical CPU devices" if count > 1 else None
+    return [cpu.name for cpu in cpus[:count]], note
+
+
+class MeshBackend(Backend):
+    """One process whose devices form a DTensor mesh (see the module docstring).
+
+    Args:
+        mesh: the config's `mesh` value, `{axis: size}` in order.
+        layouts: `{regex: [axis or None per dimension]}` (the config's `layouts`).
+        mesh_batch_axis: the axis the batch is sharded on. Defaults to `"batch"`;
+            a mesh without that axis replicates the batch.
+    """
+
+    def __init__(self, mesh, layouts=None, mesh_batch_axis="batch"):
+        import tensorflow as tf
+        from tensorflow.experimental import dtensor
+
+        if os.environ.get(DTENSOR_COMBINE_VARIABLE) != "0":
+            raise ParamError.at(
+                "mesh", "conflict",
+                f"a mesh needs {DTENSOR_COMBINE_VARIABLE}=0 (this process has "
+                f"{os.environ.get(DTENSOR_COMBINE_VARIABLE)!r}): with DTensor's all-reduce combine pass on, a "
+                "step can read a variable's value from before its own update, without an error", mesh)
+        self.axes = mesh_axes(mesh)
+        self.layouts = dict(layouts or {})
+        self.batch_axis = batch_axis_of(self.axes, mesh_batch_axis)
+        devices, note = mesh_devices_here(mesh_devices(self.axes))
+        self.mesh = dtensor.create_mesh(list(self.axes.items()), devices=devices)
+        self.notes = (note,) if note else ()
+        self.size = self.axes[self.batch_axis] if self.batch_axis else 1
+        self.rank = 0
+        self.local_rank = 0
+        self._tf = tf
+
+    @property
+    def num_workers(self):
+        return 1
+
+    @property
+    def worker_index(self):
+        return 0
+
+    @property
+    def replicas_per_worker(self):
+        # The process reads the global batch (batch axis x batch_size_per_gpu) and lays it out itself.
+        return self.size
+
+    def scope(self):
+        from opt_train.optimizers.mesh_state import on_mesh
+
+        return on_mesh(self.mesh)
+
+    def counter_scope(self):
+        return self.scope()
+
+    def forward(self):
+        return gathered_reads()
+
+    # -- layouts -----------------------------------------------------------------
+    def spec_of(self, variable):
+        """The config's sharding spec of a model variable (`mesh_layout.layout_of` of its path)."""
+        return layout_of(variable.path, tuple(variable.shape), self.layouts, self.axes)
+
+    def layout(self, spec):
+        from tensorflow.experimental import dtensor
+
+        return dtensor.Layout([axis or dtensor.UNSHARDED for axis in spec], self.mesh)
+
+    def place_model(self, model):
+        """Swaps every variable of `model` (weights, statistics, seed states) for a DVariable of its layout."""
+        from opt_train.optimizers.mesh_state import to_dvariable
+
+        for variable in model.variables:
+            spec = self.spec_of(variable)
+            to_dvariable(variable, self.layout(spec))
+            if self.batch_axis and self.batch_axis in spec:
+                _gather_on_read(variable, self.layout([None if axis == self.batch_axis else axis for axis in spec]))
+        return model
+
+    def shard_shapes(self, variables):
+        """{variable path: the shape of one device's shard} of DVariables, from their layouts."""
+        from opt_train.optimizers.mesh_state import layout_of_variable
+
+        shapes = {}
+        for variable in variables:
+            layout = layout_of_variable(variable)
+            shapes[getattr(variable, "path", variable.name)] = tuple(
+                int(size) for size in layout.local_shape_from_global_shape(tuple(variable.shape))
+            )
+        return shapes
+
+    # -- data --------------------------------------------------------------------
+    def distribute(self, dataset, batch_size_per_replica):
+        del batch_size_per_replica
+        return _Placed(dataset, self.place_batch)
+
+    def place_batch(self, batch):
+        """A batch as DTensors: split on the batch axis (replicated when it has none or it does not divide it)."""
+        from opt_train.optimizers.mesh_state import place
+
+        def one(value):
+            value = self._tf.convert_to_tensor(value)
+            rank = value.shape.rank
+            spec = [None] * rank
+            if self.batch_axis and rank and value.shape[0] is not None and value.shape[0] % self.size == 0:
+                spec[0] = self.batch_axis
+            return place(value, self.layout(spec))
+
+        return self._tf.nest.map_structure(one, batch)
+
+    def place_replicated(self, batch):
+        """A batch as DTensors whole on every device (evaluation: a short last batch need not divide)."""
+        from opt_train.optimizers.mesh_state import place
+
+        return self._tf.nest.map_structure(
+            lambda value: place(value, self.layout([None] * self._tf.convert_to_tensor(value).shape.rank)), batch
+        )
+
+    def whole(self, tensor):
+        """A DTensor relaid out replicated (in a step: what leaves it to be read as NumPy)."""
+        from tensorflow.experimental import dtensor
+
+        return dtensor.relayout(tensor, self.layout([None] * tensor.shape.rank))
+
+    def check_step(self, function, *args):
+        """Refuses a traced step that touches a plain variable (`mesh_state.check_step`)."""
+        from opt_train.optimizers.mesh_state import check_step
+
+        check_step(function, *args)
+
+    def read(self, value):
+        """A DTensor (or variable) as a NumPy array: relaid out whole, then one device's copy."""
+        from tensorflow.experimental import dtensor
+
+        from opt_train.optimizers.mesh_state import tf_variable
+
+        value = tf_variable(value)
+        value = value.read_value() if isinstance(value, self._tf.Variable) else value
+        if not dtensor.is_dtensor(value):
+            return value.numpy()
+        value = dtensor.relayout(value, self.layout([None] * value.shape.rank))
+        return dtensor.unpack(value)[0].numpy()
+
+    @contextlib.contextmanager
+    def unsharded(self, variables):
+        """Within: each Keras variable of `variables` on a DVariable holds its whole value in a plain variable.
+
+        For what must see an ordinary model (the export: `model.keras` and the SavedModel);
+        the DVariables come back on exit, unchanged.
+        """
+        from opt_train.optimizers.mesh_state import is_dvariable
+
+        saved = []
+        try:
+            for variable in variables:
+                if is_dvariable(variable):
+                    inner = variable._value
+                    saved.append((variable, inner))
+                    variable._value = self._tf.Variable(self.read(inner), trainable=inner.trainable,
+                                                        name=inner.name.split(":")[0])
+            yield
+        finally:
+            for variable, inner in saved:
+                variable._value = inner
+
+    # -- collectives: DTensor's own ------------------------------------------------
+    def allreduce(self, tensors, op="mean"):
+        # Gradients come back in their variable's layout, already reduced over the batch axis.
+        return list(tensors)
+
+    def all_finite(self, flag):
+        return flag
+
+    def broadcast_variables(self, variables, root_rank=0):
+        return None
+
+
+class _Placed:
+    """A dataset whose batches come out laid out on the mesh (each packed eagerly, before the step)."""
+
+    def __init__(self, dataset, place):
+        self.dataset = dataset
+        self.place = place
+
+    def __iter__(self):
+        return _PlacedIterator(iter(self.dataset), self.place)
+
+
+class _PlacedIterator:
+    def __init__(self, iterator, place):
+        self.iterator = iterator
+        self.place = place
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.place(next(self.iterator))
+
+
+def _gather_on_read(variable, gathered):
+    """Makes the DVariable behind Keras `variable` read as `gathered` within `gathered_reads()`.
+
+    The forward pass of a layer whose weight is sharded on the batch axis cannot be
+    SPMD-expanded as is (it fails at BiasAddGrad / Sum); read gathered, the weight is
+    whole along that axis, and the read's gradient is reduce-scattered back to the shard.
+    The optimizer reads and updates the shard itself.
+    """
+    from tensorflow.experimental import dtensor
+
+    inner = variable._value
+    read = inner._read_variable_op
+
+    def read_variable_op(*args, **kwargs):
+        value = read(*args, **kwargs)
+        if getattr(_gathering, "on", False):
+            value = dtensor.relayout(value, gathered)
+        return value
+
+    inner._read_variable_op = read_variable_op
