@@ -110,13 +110,13 @@ def on_mesh(mesh):
 def mesh_refusal(optimizer):
     """Why `optimizer` cannot update DVariables (one line naming it), or None: the table's word
     (`optimizers.table.mesh_refusal`: a TF1 fused kernel, its only dense update, that DTensor cannot lay out)."""
-    from opt_train.optimizers.mixed_precision import MixedPrecisionOptimizerWrapper
     from opt_train.optimizers.table import mesh_refusal as table_refusal
     from opt_train.optimizers.table import row_of_class
 
-    if isinstance(optimizer, MixedPrecisionOptimizerWrapper):
-        optimizer = optimizer.optimizer
     row = row_of_class(type(optimizer))
+    if row is None:  # a wrapper (the mixed-precision one): the table knows the optimizer inside
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        row = row_of_class(type(optimizer))
     if row is None:
         return None
     params = {row.mesh_unless: getattr(optimizer, row.mesh_unless)} if row.mesh_unless else {}

@@ -37,10 +37,16 @@ _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 _SHOWN = 5
 
 
+# A Keras SeedGenerator's state (Dropout's, a random layer's) is named by a process-wide counter
+# (`seed_generator_20/...`): its path says nothing of the model, and would make two runs' checkpoints
+# of one config differ. It is saved without a path, so no warm start maps it.
+SEED_STATE = "seed_generator_state"
+
+
 def path_table(model):
     """The `variable_paths` item: a string variable of the model's variable paths, saved with the run's checkpoints."""
-    return tf.Variable([variable.path for variable in model.variables], dtype=tf.string, trainable=False,
-                       name=PATHS_ITEM)
+    paths = ["" if variable.name == SEED_STATE else variable.path for variable in model.variables]
+    return tf.Variable(paths, dtype=tf.string, trainable=False, name=PATHS_ITEM)
 
 
 class WarmStartError(ValueError):
@@ -65,7 +71,7 @@ def checkpoint_variables(prefix):
     if table in shapes:
         for index, path in enumerate(reader.get_tensor(table)):
             key = f"model_variables/{index}{_VALUE}"
-            if key in shapes:
+            if path and key in shapes:
                 found[path.decode()] = (tuple(shapes[key]), _reading(reader, key))
         return found
     for key, shape in shapes.items():
