@@ -55,30 +55,12 @@ def gathered_reads():
 
 def mesh_devices_here(count):
     """(device names, note) for a mesh of `count` devices: GPUs, or logical CPU devices on a machine without any."""
-    import tensorflow as tf
+    from opt_train.distributed.tfdist import devices_here
 
-    from opt_train.distributed.tfdist import _set_logical_cpus
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        if len(gpus) < count:
-            raise ParamError.at(
-                "mesh", "out_of_range",
-                f"mesh uses {count} devices but this machine has {len(gpus)} GPU(s) "
-                f"({', '.join(gpu.name for gpu in gpus)})", count,
-            )
-        return [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(count)], None
-    if count > 1:
-        _set_logical_cpus(count)
-    cpus = tf.config.list_logical_devices("CPU")
-    if len(cpus) < count:
-        raise ParamError.at(
-            "mesh", "out_of_range",
-            f"mesh uses {count} devices; no GPU was found and TensorFlow's runtime had already started with "
-            f"{len(cpus)} CPU device(s), too late to split the CPU", count,
-        )
-    note = f"mesh: no GPU found; the {count}-device mesh runs on {count} logical CPU devices" if count > 1 else None
-    return [cpu.name for cpu in cpus[:count]], note
+    devices, on_cpu = devices_here(count, "mesh", f"mesh uses {count} devices")
+    if not on_cpu or count == 1:
+        return devices, None
+    return devices, f"mesh: no GPU found; the {count}-device mesh runs on {count} logical CPU devices"
 
 
 class MeshBackend(Backend):

@@ -53,37 +53,43 @@ def _set_logical_cpus(count):
         pass
 
 
-def local_devices(num_gpus):
-    """(device names, note) for `num_gpus` replicas on this machine.
+def devices_here(count, key, asks):
+    """The devices `count` replicas (or mesh devices) take on this machine: `(names, on_cpu)`.
 
-    GPUs when the machine has any (fewer than asked is a ParamError at `num_gpus`);
-    on a machine with none, `num_gpus` logical CPU devices and a note that says so.
+    Its first `count` GPUs when it has any (fewer is a ParamError at `key`, its sentence
+    beginning with `asks`: "asks for 4 GPUs"); on a machine with none, `count` logical CPU
+    devices, split now (too late once TensorFlow's runtime has started: a ParamError too).
+    The one rule `num_gpus` and a DTensor mesh share.
     """
     import tensorflow as tf
 
-    wanted = num_gpus or 1
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        if len(gpus) < wanted:
+        if len(gpus) < count:
             found = ", ".join(gpu.name for gpu in gpus)
-            raise ParamError.at(
-                "num_gpus", "out_of_range",
-                f"asks for {wanted} GPUs but this machine has {len(gpus)} ({found})", wanted,
-            )
-        return [f"/gpu:{i}" for i in range(wanted)], None
-    if wanted > 1:
-        _set_logical_cpus(wanted)
+            raise ParamError.at(key, "out_of_range", f"{asks} but this machine has {len(gpus)} GPU(s) ({found})", count)
+        return [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(count)], False
+    if count > 1:
+        _set_logical_cpus(count)
     cpus = tf.config.list_logical_devices("CPU")
-    if len(cpus) < wanted:
+    if len(cpus) < count:
         raise ParamError.at(
-            "num_gpus", "out_of_range",
-            f"asks for {wanted} replicas; no GPU was found and TensorFlow's runtime had already started "
-            f"with {len(cpus)} CPU device(s), too late to split the CPU", wanted,
+            key, "out_of_range",
+            f"{asks}; no GPU was found and TensorFlow's runtime had already started with {len(cpus)} CPU device(s), "
+            "too late to split the CPU", count,
         )
+    return [cpu.name for cpu in cpus[:count]], True
+
+
+def local_devices(num_gpus):
+    """(device names, note) for `num_gpus` replicas on this machine (`devices_here`), the note saying when they are
+    logical CPU devices."""
+    wanted = num_gpus or 1
+    devices, on_cpu = devices_here(wanted, "num_gpus", f"asks for {wanted} GPUs")
     note = None
-    if wanted > 1:
+    if on_cpu and wanted > 1:
         note = f"num_gpus: {wanted}: no GPU found; {wanted} replicas run on {wanted} logical CPU devices"
-    return [cpu.name for cpu in cpus[:wanted]], note
+    return devices, note
 
 
 class StrategyBackend(Backend):
