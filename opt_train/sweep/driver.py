@@ -25,7 +25,7 @@ from opt_train.sweep import devices, hparams
 from opt_train.sweep import study as studies
 from opt_train.sweep.plan import TRIAL_FOLDER, SweepPlan, Trial, check_points, config_digest, plan_queue
 from opt_train.sweep.results import append_result, finite_json, format_table, make_record, summary_line
-from opt_train.sweep.runner import Job, run_jobs, thread_environment
+from opt_train.sweep.runner import Job, LocalLauncher, thread_environment
 from opt_train.sweep.spec import build_spec, metric_problem
 from opt_train.sweep.status import (
     FAILED,
@@ -263,9 +263,9 @@ class _Worker:
     def __init__(self, plan, study, report, environment, parallel=1, gpus=(), launcher=None):
         self.plan, self.study, self.report, self.environment = plan, study, report, environment
         self.parallel = parallel
-        # Where trials run: None for this machine's processes, else a launcher that knows whether a
-        # trial's task still runs elsewhere (SLURM's queue).
-        self.launcher = launcher
+        # Where trials run: this machine's processes, or a cluster's tasks (SLURM), whose queue says whether
+        # a trial still runs there.
+        self.launcher = launcher or LocalLauncher()
         # Each running trial's own block of GPUs (None: no GPUs, nothing set).
         self.gpu_pool = devices.GpuPool(gpus) if gpus else None
         self.gpus = {}  # job name -> its block
@@ -353,7 +353,7 @@ class _Worker:
             path = os.path.join(self.plan.out, folder)
             if not os.path.isdir(path):
                 continue  # another machine's trial
-            if self.launcher is not None and self.launcher.alive(frozen):
+            if self.launcher.alive(frozen):
                 waiting = True  # its task still runs on the cluster: adopted once it ends
                 continue
             fd = _lock(path)
@@ -463,8 +463,7 @@ class _Worker:
         from opt_train.sweep.slurm import TASK
 
         trial = self.running[job.name][0]
-        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, trial.number)
-        self.study._storage.set_trial_user_attr(trial_id, TASK, task)
+        self.study._storage.set_trial_user_attr(self.trial_id(trial.number), TASK, task)
 
     def started(self, job):
         trial = self.running[job.name][0]
@@ -518,7 +517,7 @@ class _Worker:
         write_json(os.path.join(record["logdir"], STATUS_FILE), record)
         append_result(self.plan.out, record)
         hparams.write_session(record["logdir"], record)
-        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
+        trial_id = self.trial_id(number)
         self.study._storage.set_trial_user_attr(trial_id, studies.RECORD, _jsonable(record))
         value = record["metrics"].get(self.plan.spec.metric)
         if record["status"] == OK and is_number(value) and math.isfinite(value):
@@ -528,6 +527,10 @@ class _Worker:
         else:
             self.study.tell(number, state=state.FAIL)
         self.recorded += 1
+
+    def trial_id(self, number):
+        """The storage's id of the study's trial `number`."""
+        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
 
     def beat(self, name, trial_id):
         """Sends trial `trial_id`'s first heartbeat and keeps beating for it until it is released."""
@@ -643,8 +646,8 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), No
     `ConfigError` at --parallel. While a trial runs, this worker sends its heartbeat every
     `heartbeat_secs`; a trial of any worker silent for twice that is queued again, resumed
     from its checkpoint by a worker sharing the sweep folder, up to `max_trial_retries` times.
-    `launcher`: None runs each trial as a process of this machine; a `slurm.SlurmLauncher` as
-    SLURM array tasks, whose GPUs SLURM gives (`gpus` is then empty).
+    `launcher`: where trials run, `runner.LocalLauncher` (None: this machine's processes) or a
+    `slurm.SlurmLauncher` (SLURM array tasks, whose GPUs SLURM gives: `gpus` is then empty).
     """
     devices.check_parallel(parallel, plan.gpus_per_trial, *gpus)
     report = report or (lambda text: None)
@@ -661,17 +664,14 @@ def run_sweep(plan, parallel=1, *, retry_failed=False, report=None, gpus=((), No
 
     # tracking: {mlflow: ...}: the study is one MLflow run, each trial a child of it.
     parent = StudyRun(load_config(list(plan.configs), list(plan.base_overrides)), name, plan.out, report)
-    # A cluster task has its node's cores to itself; processes of this machine share its cores.
-    threads = thread_environment(parallel * plan.np) if launcher is None else {}
+    launcher = launcher or LocalLauncher()
+    threads = thread_environment(parallel * plan.np) if launcher.shares_cores else {}
     worker = _Worker(plan, study, report, {**threads, **parent.environment}, parallel=parallel, gpus=gpus[0],
                      launcher=launcher)
     heartbeat = _Heartbeat(worker, heartbeat_secs)
     try:
-        if launcher is None:
-            run_jobs(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished)
-        else:
-            launcher.run(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished,
-                         on_submit=worker.submitted)
+        launcher.run(worker.jobs(), parallel, on_start=worker.started, on_finish=worker.finished,
+                     on_submit=worker.submitted)
     finally:
         heartbeat.stop()
         worker.close()

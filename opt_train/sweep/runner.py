@@ -156,6 +156,28 @@ def run_jobs(jobs, parallel, on_start=None, on_finish=None):
     return outcomes
 
 
+class LocalLauncher:
+    """Runs a sweep's trials as processes of this machine (`run_jobs`), sharing its cores.
+
+    The sweep driver's launcher interface (`sweep/slurm.py`'s `SlurmLauncher` is the other one):
+    `run(jobs, parallel, on_start, on_finish, on_submit)`, `alive(frozen_trial)` (whether a trial
+    runs elsewhere, so a re-run must not start it: never here, where the trial folder's lock says
+    so) and `shares_cores` (whether the trials divide this machine's cores between them).
+    """
+
+    shares_cores = True
+
+    @staticmethod
+    def alive(frozen_trial):
+        del frozen_trial
+        return False
+
+    @staticmethod
+    def run(jobs, parallel, on_start=None, on_finish=None, on_submit=None):
+        del on_submit  # a process of this machine is started, not submitted
+        return run_jobs(jobs, parallel, on_start=on_start, on_finish=on_finish)
+
+
 def _wait_for_an_end(running, seconds):
     """Sleeps `seconds`, or less: until one of the `running` processes has ended.
 

@@ -105,7 +105,10 @@ def exit_code_of(logdir, records_start):
 
 
 class SlurmLauncher:
-    """Submits the driver's trials as SLURM array tasks (`sbatch_args` added to every `sbatch`)."""
+    """Submits the driver's trials as SLURM array tasks (`sbatch_args` added to every `sbatch`); the interface of
+    `runner.LocalLauncher`."""
+
+    shares_cores = False  # a task has the cores SLURM gave it
 
     def __init__(self, out, sbatch_args=(), name="opt-train-sweep"):
         self.out, self.sbatch_args, self.name = out, tuple(sbatch_args), name
