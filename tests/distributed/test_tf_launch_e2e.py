@@ -73,6 +73,21 @@ def model_weights(logdir):
             if key.startswith(("model_variables/", "optimizer/", "global_step/"))}
 
 
+def assert_equal_runs(logdir, reference, steps):
+    """The run in `logdir` reported the losses of the one-process run in `reference` at `steps` (within 1e-4) and
+    ended with its weights and optimizer state (within 1e-5)."""
+    import numpy as np
+
+    reported, expected = losses(logdir), losses(reference)
+    assert sorted(reported) == sorted(expected) == list(steps)
+    for step, loss in expected.items():
+        assert abs(reported[step] - loss) <= 1e-4, (step, reported[step], loss)
+    weights, expected_weights = model_weights(logdir), model_weights(reference)
+    assert expected_weights and sorted(weights) == sorted(expected_weights)
+    for key, value in expected_weights.items():
+        np.testing.assert_allclose(weights[key], value, atol=1e-5, err_msg=key)
+
+
 def worker_pid(index, marker):
     """The pid of tf worker `index` (its TF_CONFIG task) whose command line contains `marker`."""
     for entry in Path("/proc").iterdir():
@@ -153,8 +168,6 @@ def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the
     the same command again resumes from the last checkpoint, and the run ends at the same step
     count, weights, optimizer state and reported losses as one process x 32 that was never stopped
     (the losses up to the kill are the first, uninterrupted launch's)."""
-    import numpy as np
-
     config = config_file(tmp_path)
     logdir = tmp_path / "run"
     settings = ["--set", "max_steps=300", "--set", "save_checkpoint_steps=40", "--set", "print_loss_steps=20",
@@ -189,11 +202,4 @@ def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the
               "--set", f"logdir={tmp_path / 'one'}")
     assert one.exit_code == 0, one.output[-4000:]
     assert read_json(logdir / "final_metrics.json")["global_step"] == 300
-    resumed, uninterrupted = losses(logdir), losses(tmp_path / "one")
-    assert sorted(resumed) == sorted(uninterrupted) == list(range(20, 301, 20))
-    for step, loss in uninterrupted.items():
-        assert abs(resumed[step] - loss) <= 1e-4, (step, resumed[step], loss)
-    weights, reference = model_weights(logdir), model_weights(tmp_path / "one")
-    assert reference and sorted(weights) == sorted(reference)
-    for key, value in reference.items():
-        np.testing.assert_allclose(weights[key], value, atol=1e-5, err_msg=key)
+    assert_equal_runs(logdir, tmp_path / "one", range(20, 301, 20))

@@ -8,13 +8,14 @@ update, resumes, and ends equal to a run that was never stopped.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.distributed.test_tf_launch_e2e import assert_equal_runs
 from tests.distributed.test_tf_launch_e2e import losses as _losses
 from tests.distributed.test_tf_launch_e2e import model_weights as _tensors
 from tests.support import REPO, read_json, read_jsonl, unlaunched_environ
@@ -42,8 +43,6 @@ def _environ(cluster):
 
 
 def _srun(cluster, *argv):
-    import subprocess
-
     return subprocess.run(["srun", *map(str, argv)], cwd=REPO, env=_environ(cluster), capture_output=True,
                           text=True, timeout=JOB_TIMEOUT_SECONDS)
 
@@ -60,14 +59,7 @@ def test_srun_two_tasks_equal_one_process_on_the_doubled_batch(slurm_cluster, tm
     one = cli("train", "--config", config, "--set", "batch_size_per_gpu=32", "--set", f"logdir={tmp_path / 'one'}")
     assert one.exit_code == 0, one.output[-4000:]
     assert read_json(logdir / "final_metrics.json")["global_step"] == 60
-    resumed, reference = _losses(logdir), _losses(tmp_path / "one")
-    assert sorted(resumed) == sorted(reference) == list(range(10, 61, 10))
-    for step, loss in reference.items():
-        assert abs(resumed[step] - loss) <= 1e-4, (step, resumed[step], loss)
-    weights, expected = _tensors(logdir), _tensors(tmp_path / "one")
-    assert expected and sorted(weights) == sorted(expected)
-    for key, value in expected.items():
-        np.testing.assert_allclose(weights[key], value, atol=1e-5, err_msg=key)
+    assert_equal_runs(logdir, tmp_path / "one", range(10, 61, 10))
 
 
 def test_a_requeued_training_job_resumes_and_equals_an_uninterrupted_run(slurm_cluster, tmp_path, cli):
@@ -77,8 +69,6 @@ def test_a_requeued_training_job_resumes_and_equals_an_uninterrupted_run(slurm_c
     settings = ["--set", "max_steps=6000", "--set", "print_loss_steps=100", "--set", "save_checkpoint_steps=100000"]
     command = " ".join([sys.executable, "-m", "opt_train", "train", "--config", str(config), *settings,
                         "--set", f"logdir={logdir}"])
-    import subprocess
-
     submitted = subprocess.run(
         ["sbatch", "--parsable", "--requeue", "--open-mode=append", f"--output={tmp_path / 'job.out'}",
          f"--chdir={REPO}", "--wrap", f"exec {command}"],

@@ -12,23 +12,17 @@ import pytest
 import tensorflow as tf
 
 from tests.support import one_error_line
+from tests.training.test_resume import RUN as RESUMED_RUN
 
-# Dropout (RNG state), two optimizers' slots and a decaying rate times a multiplier all have to come back.
+# test_resume's run (dropout's RNG state, momentum slots, a decaying rate) with two groups: a second optimizer's
+# slots and a multiplied rate have to come back too.
 RUN = {
-    "model": "mlp",
-    "model_params": {"hidden_units": [16], "dropout": 0.2},
-    "data": "digits",
-    "batch_size_per_gpu": 16,
-    "optimizer": "Momentum",
-    "optimizer_params": {"learning_rate": 0.05, "momentum": 0.9},
-    "lr_policy": "exp",
-    "lr_policy_params": {"decay_steps": 10, "decay_rate": 0.5},
+    **RESUMED_RUN,
     "optimizer_groups": [
         {"variables": "bias$", "optimizer": "Adam", "optimizer_params": {"beta_1": 0.8}},
         {"variables": "^logits/", "lr_multiplier": 0.1},
     ],
     "print_loss_steps": 1000,
-    "random_seed": 3,
 }
 
 pytestmark = pytest.mark.usefixtures("no_export")
