@@ -252,6 +252,36 @@ YAML_NON_NEGATIVE = number(0, strings=True)  # >= 0
 YAML_FRACTION = number(0, 1, high_open=True, strings=True)  # in [0, 1)
 
 
+# ----- rules of data and model parameters, which reach the loaders and builders as given -----
+
+positive_int = integer(1, text="a positive integer", whole_floats=False)  # an integer must be one (no `4.0`)
+any_int = integer(text="an integer", whole_floats=False)
+non_negative = number(0, text="a number >= 0")
+open_fraction = number(0, 1, low_open=True, high_open=True)  # a share held out for evaluation
+positive_int_list = list_of(positive_int, text="a non-empty list of positive integers", non_empty=True)
+optional_string = optional(string)
+
+
+def int_at_least(low):
+    return integer(low, whole_floats=False)
+
+
+optional_class_count = optional(int_at_least(2))
+
+
+def single_character(name, value):
+    if not isinstance(value, str) or len(value) != 1:
+        fail(name, "wrong_type", "must be one character", value)
+    return value
+
+
+def string_or_int(name, value):
+    """A column: its name or its index."""
+    if not ((isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value)):
+        fail(name, "wrong_type", "must be a column name or an integer index", value)
+    return value
+
+
 # ----- checking a whole params dict against a spec -----
 
 

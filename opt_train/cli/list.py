@@ -38,7 +38,7 @@ def _optimizers():
 
 
 def _lr_policies():
-    from opt_train.lr_policies.params import POLICY_PARAMS, WARMUP_PARAMS
+    from opt_train.lr_policies.registry import POLICY_PARAMS, WARMUP_PARAMS
     from opt_train.lr_policies.registry import FUNCTION_NAMES
 
     for name, specs in POLICY_PARAMS.items():

@@ -26,8 +26,8 @@ def model_variables(config):
     """
     from opt_train.data import check_params as data_params
     from opt_train.data import resolve as resolve_data
-    from opt_train.data.registry import DATASET_MODULES, is_factory
-    from opt_train.data.sources import LOADERS, load_source
+    from opt_train.data.registry import DATASETS, is_factory
+    from opt_train.data.sources import load_source
     from opt_train.models import registry as models
     from opt_train.models.size import variable_shapes
 
@@ -36,7 +36,7 @@ def model_variables(config):
     if is_factory(config.data):
         return None, "a data factory"
     data = resolve_data(config.data)
-    if data not in LOADERS and data not in DATASET_MODULES:
+    if DATASETS[data].streamed:
         return None, f"{data} data is read as a stream"
     try:
         task = load_source(data, data_params(data, dict(config.data_params))).task

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 
 from opt_train.config.issues import OVERRIDE_FILE
-from opt_train.config.registries import registry
+from opt_train.data import registry as datasets
+from opt_train.models import registry as models
 
 
 def _resolve(value, file):
@@ -51,16 +52,16 @@ def path_keys(data):
     params = data.get("model_params")
     weights = params.get("weights") if isinstance(params, dict) else None
     if (isinstance(spec, dict) and "keras_application" in spec and isinstance(weights, str)
-            and weights != registry("model").IMAGENET):
+            and weights != models.IMAGENET):
         keys.append("model_params.weights")
     name = data.get("data")
     params = data.get("data_params")
     if isinstance(name, str) and isinstance(params, dict):
         try:
-            canonical = registry("data").resolve(name)
+            canonical = datasets.resolve(name)
         except ValueError:
             canonical = None  # an unknown name is the validator's to report
-        for param in registry("data").PATH_PARAMS.get(canonical, {}):
+        for param in datasets.PATH_PARAMS.get(canonical, {}):
             value = params.get(param)
             if isinstance(value, str):
                 keys.append(f"data_params.{param}")

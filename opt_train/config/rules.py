@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from opt_train import params as p
 from opt_train import usercode
 from opt_train.config.issues import RuleError, RuleErrors
-from opt_train.config.registries import registry
+from opt_train.data import registry as datasets
+from opt_train.lr_policies import registry as lr_policies
+from opt_train.models import registry as models
+from opt_train.optimizers import table as optimizer_table
 from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.suggest import UnknownNameError
@@ -93,11 +96,10 @@ def model_spec(name, value):
     """A registered model name, or one of `{factory: "pkg.mod:function"}`, `{keras_application: Name}`,
     `{path: file.keras}`."""
     if isinstance(value, dict):
-        models = registry("model")
         check_known_keys(value, models.SPEC_KEYS)
         # The models registry's own parser, so what validates is what builds.
         return models.check_spec(value)
-    return registry("model").resolve(p.string(name, value))
+    return models.resolve(p.string(name, value))
 
 
 def user_factory(value):
@@ -111,7 +113,7 @@ def dataset_name(name, value):
     """A registered dataset name, or `{factory: "pkg.mod:function"}` for the user's own pipeline."""
     if isinstance(value, dict):
         return user_factory(value)
-    return registry("data").resolve(p.string(name, value))
+    return datasets.resolve(p.string(name, value))
 
 
 def loss_spec(name, value):
@@ -142,11 +144,11 @@ def metric_names(name, value):
 def optimizer_name(name, value):
     """A registry name; a dotted path (`pkg.mod.Class`) is left for the builder to import."""
     text = p.string(name, value)
-    return text if "." in text else registry("optimizer").resolve(text)
+    return text if "." in text else optimizer_table.resolve(text)
 
 
 def lr_policy_name(name, value):
-    return registry("lr_policy").resolve(p.string(name, value))
+    return lr_policies.resolve(p.string(name, value))
 
 
 def gradient_transforms(name, value):

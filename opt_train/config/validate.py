@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from opt_train.config import rules
 from opt_train.config.issues import OVERRIDE_FILE, ConfigIssue, RuleError, RuleErrors, as_param_error
-from opt_train.config.registries import registry
+from opt_train.data import registry as datasets
+from opt_train.lr_policies import registry as lr_policies
+from opt_train.models import registry as models
+from opt_train.optimizers import specs as optimizer_specs
 from opt_train.config.schema import FIELD_NAMES, TrainConfig, config_fields, join_key, locate
 from opt_train.distributed import names as distributed_names
 from opt_train.optimizers import names
@@ -50,7 +53,7 @@ def loss_scaler_params(values):
 def optimizer_params(values):
     """The optimizer's parameters, judged by its table (names, ranges, required ones) without TF."""
     params = values["optimizer_params"]
-    errors = registry("optimizer_params").param_errors(values["optimizer"], params)[1]
+    errors = optimizer_specs.param_errors(values["optimizer"], params)[1]
     if errors:
         raise RuleErrors(errors)
     if "learning_rate" in params:
@@ -84,7 +87,7 @@ def regularizer_params(values):
 
 def lr_policy_params(values):
     """The policy's parameters; `decay_steps` may default from `max_steps`."""
-    registry("lr_policy").check_params(
+    lr_policies.check_params(
         values["lr_policy"], values["lr_policy_params"], max_steps=values["max_steps"], steps_per_epoch=None
     )
 
@@ -92,28 +95,28 @@ def lr_policy_params(values):
 def warmup_params(values):
     """The `warmup` block's `steps` and `power`."""
     if values["warmup"] is not None:
-        registry("lr_policy").check_warmup(values["warmup"])
+        lr_policies.check_warmup(values["warmup"])
 
 
 def model_params(values):
     """A built-in or saved model's parameters (a factory's go to the user's function unchecked)."""
-    if not registry("model").is_factory(values["model"]):
-        errors = registry("model").param_errors(values["model"], values["model_params"])
+    if not models.is_factory(values["model"]):
+        errors = models.param_errors(values["model"], values["model_params"])
         if errors:
             raise RuleErrors(errors)
 
 
 def data_params(values):
     """The dataset's parameters."""
-    errors = registry("data").param_errors(values["data"], values["data_params"])
+    errors = datasets.param_errors(values["data"], values["data_params"])
     if errors:
         raise RuleErrors(errors)
 
 
 def model_fits_data(values):
     """A built-in model serves the dataset's task (the transformer labels sequences, ...)."""
-    kind = registry("data").task_kind(values["data"], values["data_params"])
-    registry("model").check_task(values["model"], kind)
+    kind = datasets.task_kind(values["data"], values["data_params"])
+    models.check_task(values["model"], kind)
 
 
 def monitors(values):
@@ -126,7 +129,7 @@ def monitors(values):
     from opt_train.data.task import eval_metric_names
     from opt_train.suggest import UnknownNameError
 
-    kind = registry("data").task_kind(values["data"], values["data_params"])
+    kind = datasets.task_kind(values["data"], values["data_params"])
     known = eval_metric_names(kind, values["metrics"])
     errors = []
     for block, direction in (("early_stopping", "mode"), ("lr_control", "monitor_mode")):

@@ -116,8 +116,11 @@ def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_siz
                                replicas)
     canonical = registry.resolve(name)
     params = registry.check_params(canonical, params)
-    if canonical == "tfrecord":
-        return _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics, replicas)
+    if registry.DATASETS[canonical].streamed:
+        return registry.DATASETS.load(canonical)(
+            params, batch_size=batch_size, seed=seed, rank=rank, size=size, eval_batch_size=eval_batch_size,
+            statistics=statistics, replicas=replicas,
+        )
     normalize = params.get("normalize", False)
     source = sources.load_source(canonical, params)
     (x_train, y_train), (x_eval, y_eval) = source.train, source.eval
@@ -150,7 +153,8 @@ def _standardised(x_train, x_eval, task, statistics):
     return x_train, x_eval, dataclasses.replace(task, normalization=statistics)
 
 
-def _tfrecord_bundle(params, batch_size, seed, rank, size, eval_batch_size, statistics=None, replicas=1):
+def tfrecord_bundle(params, *, batch_size, seed, rank, size, eval_batch_size, statistics=None, replicas=1):
+    """The `tfrecord` dataset's pipelines (its row's code): records streamed from files, sharded per rank."""
     from opt_train.data.tfrecord import TFRecordData
 
     data = TFRecordData(

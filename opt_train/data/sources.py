@@ -1,6 +1,6 @@
 """The built-in datasets as in-memory NumPy arrays, split into train and eval, with their Task.
 
-Each loader takes the parameters of its `DATASET_SPECS` entry (defaults filled) and
+Each loader takes the parameters of its row in `DATASETS` (defaults filled) and
 returns a `Source`. Everything here is NumPy (and scikit-learn for `digits`): the
 `tf.data` side lives in `opt_train.data.pipeline`.
 """
@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 
 from opt_train.data.arrays import Source, split
-from opt_train.data.registry import DATASET_MODULES, csv_header, label_column_index
+from opt_train.data.registry import DATASETS, csv_header, label_column_index
 from opt_train.data.task import Task
 from opt_train.errors import ParamError
 
@@ -285,22 +285,10 @@ def _in_train_order(features, train_header, header, label_column, path):
     return features[:, [have.index(name) for name in wanted]]
 
 
-LOADERS = {
-    "digits": load_digits_source,
-    "synthetic_classification": synthetic_classification_source,
-    "synthetic_regression": synthetic_regression_source,
-    "reversal": reversal_source,
-    "npz": npz_source,
-    "csv": csv_source,
-}
-
-
 def load_source(name, params):
     """The Source of dataset `name` (canonical) with checked, defaults-filled `params`.
 
     `normalize` is the pipeline's (`opt_train.data.pipeline`): a Source holds the data as read.
     """
     params = {key: value for key, value in params.items() if key != "normalize"}
-    if name in LOADERS:
-        return LOADERS[name](**params)
-    return DATASET_MODULES[name].source(**params)
+    return DATASETS.load(name)(**params)

@@ -1,7 +1,7 @@
 """`synthetic_images`: seeded random images, one coarse pattern per class plus noise (any size, no download).
 
-A dataset module (`opt_train.data.registry.DATASET_MODULES`): `PARAMS`, `SUMMARY`,
-`TASK_KIND` and `source`; it needs only NumPy. The class patterns are drawn on a
+Its row in `opt_train.data.registry.DATASETS` holds its parameters and summary; `source`
+is its loader, which needs only NumPy. The class patterns are drawn on a
 coarse grid and scaled up, so ImageNet-shaped data (224x224x3, 1000 classes) costs the
 memory of its examples, not of 1000 full-size patterns.
 """
@@ -10,24 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from opt_train.data import params as p
 from opt_train.data.arrays import Source, split_indices
 
 PATTERN_CELLS = 8  # the class patterns' grid: each is PATTERN_CELLS x PATTERN_CELLS x channels
 
-PARAMS = {
-    "num_examples": p.Param(256, p.int_at_least(10), "images before the split"),
-    "height": p.Param(32, p.positive_int, "image height in pixels"),
-    "width": p.Param(32, p.positive_int, "image width in pixels"),
-    "channels": p.Param(3, p.positive_int, "channels per pixel"),
-    "num_classes": p.Param(10, p.int_at_least(2), "number of classes"),
-    "noise": p.Param(1.0, p.non_negative, "std of the Gaussian noise on each pixel"),
-    "eval_fraction": p.Param(0.2, p.open_fraction, "share of the examples held out for evaluation"),
-    "seed": p.Param(0, p.any_int, "seed of the generated data and of the train/eval split"),
-}
-
-TASK_KIND = "classification"
-SUMMARY = "seeded random images (height x width x channels), one coarse pattern per class plus noise"
 
 
 def _upsample(patterns, height, width):

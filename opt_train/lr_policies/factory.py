@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from opt_train.lr_policies.params import POLICY_PARAMS, param_error
-from opt_train.lr_policies.registry import check_params, check_warmup, resolve
-from opt_train.lr_policies.schedules import SCHEDULE_CLASSES, WarmUp
+from opt_train.lr_policies.registry import POLICIES, POLICY_PARAMS, check_params, check_warmup, param_error, resolve
+from opt_train.lr_policies.schedules import WarmUp
 
 
 def get_lr_policy(
@@ -33,7 +32,7 @@ def get_lr_policy(
     """
     policy = resolve(name)
     complete = check_params(policy, params, max_steps=max_steps, steps_per_epoch=steps_per_epoch)
-    schedule = SCHEDULE_CLASSES[policy](learning_rate, **_require_decay_steps(policy, complete))
+    schedule = POLICIES.load(policy)(learning_rate, **_require_decay_steps(policy, complete))
     ramp = check_warmup(warmup)
     if ramp is not None and ramp["steps"] > 0:
         schedule = WarmUp(schedule, **ramp)

@@ -1,43 +1,174 @@
-"""Learning-rate policy names and parameter checks for the config layer (TF-free).
+"""The learning-rate policies, one `PolicyRow` each in `POLICIES`, and their parameter checks (TF-free).
 
-`resolve` maps any accepted spelling (short name or OpenSeq2Seq function name,
-any case) to the canonical short name; `check_params` validates
-`lr_policy_params` and fills in what OpenSeq2Seq filled in for the user;
-`check_warmup` validates the top-level `warmup` block. None of them imports
-TensorFlow.
+A row names the policy's schedule class (`code`, a `schedules.PolicySchedule` subclass,
+imported when a schedule is built), OpenSeq2Seq's function name (an alias, and the
+functional form in `functional.py`), its parameters in OpenSeq2Seq's argument order with
+their defaults and rules, and a rule across them. Adding a policy is its class plus one row.
+`resolve` maps any accepted spelling (short name or OpenSeq2Seq function name, any case)
+to the canonical short name; `check_params` validates `lr_policy_params` and fills in what
+OpenSeq2Seq filled in for the user; `check_warmup` validates the top-level `warmup` block.
+
+Errors are `opt_train.errors.ParamError`s: Keras' wording as their text ("`power`
+must be > 0. Received: power=0"), and the parameter, a stable code and the value
+as attributes, so callers attach the YAML key without parsing the message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from opt_train.lr_policies.params import (
-    POLICY_PARAMS,
-    POSITIVE_STEPS,
-    WARMUP_PARAMS,
-    check_values,
-    param_error,
-    reject_unknown,
-    with_defaults,
-)
-from opt_train.suggest import Registry
+from opt_train import params as _p
+from opt_train.errors import ParamError
+from opt_train.params import REQUIRED, Param
+from opt_train.registry import Row, Table
 
-# Canonical short names, in the order docs/lr-policies.md lists them: a policy is registered
-# by its parameter table.
-POLICY_NAMES = tuple(POLICY_PARAMS)
 
+def param_error(param, text, *, code="out_of_range", message=None, value=None):
+    """A `ParamError` about `param` whose Keras wording is `text` (a rule across values)."""
+    return ParamError(param, code, message or text, value, text=text)
+
+
+POSITIVE_STEPS = _p.integer(0, strict=True)
+STEPS = _p.integer(0)
+POSITIVE = _p.number(0, low_open=True)
+NON_NEGATIVE = _p.number(0)
+FRACTION = _p.number(0, 1)
+_number_list = _p.list_of(_p.number(), text="a list of numbers")
+
+_DECAY_STEPS = Param(REQUIRED, POSITIVE_STEPS)  # shared by exp, poly, inv_poly and cosine
+_BEGIN_DECAY_AT = Param(0, STEPS)
+_WARMUP_STEPS = Param(0, STEPS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyRow(Row):
+    """An lr policy. `code`: its `schedules.PolicySchedule` subclass; `function`: OpenSeq2Seq's name of
+    the policy, accepted as an alias and defined in `functional.py` (None for a policy OpenSeq2Seq lacked)."""
+
+    function: str | None = None
+
+    def __post_init__(self):
+        if self.function is not None:
+            object.__setattr__(self, "aliases", (*self.aliases, self.function))
+
+    def locations(self):
+        return [self.code] + ([f"opt_train.lr_policies.functional:{self.function}"] if self.function else [])
+
+
+def _check_piecewise(params):
+    boundaries, rates = params["boundaries"], params["decay_rates"]
+    if len(boundaries) != len(rates):
+        raise param_error(
+            "decay_rates",
+            "`decay_rates` must have one entry per boundary. Received: "
+            f"len(boundaries)={len(boundaries)}, len(decay_rates)={len(rates)}",
+            message=f"must have one entry per boundary ({len(boundaries)})",
+            value=rates,
+        )
+    if any(b < 0 for b in boundaries):
+        raise ParamError("boundaries", "out_of_range", "must all be >= 0", boundaries)
+    if any(a >= b for a, b in zip(boundaries, boundaries[1:])):
+        raise ParamError("boundaries", "out_of_range", "must be strictly increasing", boundaries)
+
+
+_SCHEDULES = "opt_train.lr_policies.schedules"
+
+# In the order docs/lr-policies.md lists them.
+POLICIES = Table("lr_policy", [
+    PolicyRow(name="fixed", function="fixed_lr", code=f"{_SCHEDULES}:FixedLR",
+              summary="the base learning rate at every update"),
+    PolicyRow(name="exp", function="exp_decay", code=f"{_SCHEDULES}:ExpDecay",
+              summary="exponential decay by `decay_rate` every `decay_steps` after `begin_decay_at`, "
+              "floored at `min_lr`",
+              params={
+                  "decay_steps": _DECAY_STEPS,
+                  "decay_rate": Param(REQUIRED, POSITIVE),
+                  # OpenSeq2Seq had no default; False (as in Keras' ExponentialDecay)
+                  # changes no config that worked there.
+                  "use_staircase_decay": Param(False, _p.boolean),
+                  "begin_decay_at": _BEGIN_DECAY_AT,
+                  "min_lr": Param(0.0, NON_NEGATIVE),
+              }),
+    PolicyRow(name="poly", function="poly_decay", code=f"{_SCHEDULES}:PolyDecay",
+              summary="polynomial decay to `min_lr` over `decay_steps`, after an optional linear warm-up",
+              params={
+                  "decay_steps": _DECAY_STEPS,
+                  "power": Param(1.0, POSITIVE),
+                  "begin_decay_at": _BEGIN_DECAY_AT,
+                  "min_lr": Param(0.0, NON_NEGATIVE),
+                  "warmup_steps": _WARMUP_STEPS,
+              }),
+    PolicyRow(name="inv_poly", function="inv_poly_decay", code=f"{_SCHEDULES}:InvPolyDecay",
+              summary="inverse polynomial decay, floored at `min_lr`, after an optional linear warm-up",
+              params={
+                  "decay_steps": _DECAY_STEPS,
+                  "min_lr": Param(REQUIRED, NON_NEGATIVE),
+                  "power": Param(1.0, POSITIVE),
+                  "begin_decay_at": _BEGIN_DECAY_AT,
+                  "warmup_steps": _WARMUP_STEPS,
+              }),
+    PolicyRow(name="piecewise", function="piecewise_constant", code=f"{_SCHEDULES}:PiecewiseConstant",
+              summary="the base rate times `decay_rates[i]` from `boundaries[i]` on (updates, or epochs "
+              "with `steps_per_epoch`)",
+              params={
+                  "boundaries": Param(REQUIRED, _number_list),
+                  "decay_rates": Param(REQUIRED, _number_list),
+                  "steps_per_epoch": Param(None, _p.optional(POSITIVE)),
+                  # RETURNN's per-epoch `learning_rates` take the new rate on the boundary's own update
+                  # (an epoch's first); TF1 and OpenSeq2Seq take it one update later.
+                  "switch_on_boundary": Param(False, _p.boolean),
+              },
+              cross=_check_piecewise),
+    PolicyRow(name="transformer", function="transformer_policy", code=f"{_SCHEDULES}:TransformerPolicy",
+              summary="the Transformer's (Noam) rate: linear warm-up, then decay as 1/sqrt(step), "
+              "scaled by 1/sqrt(d_model)",
+              params={
+                  "d_model": Param(REQUIRED, POSITIVE),
+                  "warmup_steps": Param(REQUIRED, POSITIVE_STEPS),
+                  "max_lr": Param(None, _p.optional(POSITIVE)),
+                  "coefficient": Param(1.0, POSITIVE),
+                  # The formula's n is t + step_offset, t the updates applied before this one:
+                  # OpenSeq2Seq counts this update (1); RETURNN's Noam takes global_train_step (0).
+                  "step_offset": Param(1, STEPS),
+              }),
+    PolicyRow(name="cosine", function="cosine_decay", code=f"{_SCHEDULES}:CosineDecay",
+              summary="cosine decay to `learning_rate * min_lr` over `decay_steps`, after an optional "
+              "linear warm-up",
+              params={
+                  "decay_steps": _DECAY_STEPS,
+                  # Accepted for OpenSeq2Seq configs; OpenSeq2Seq's cosine_decay ignores it too.
+                  "power": Param(1.0, _p.number()),
+                  "begin_decay_at": _BEGIN_DECAY_AT,
+                  # OpenSeq2Seq passes min_lr as `alpha` of tf.train.cosine_decay: the
+                  # final rate is learning_rate * min_lr, so it is a fraction.
+                  "min_lr": Param(0.0, FRACTION),
+                  "warmup_steps": _WARMUP_STEPS,
+              }),
+], owner="{kind}", as_given=True, sites=(f"{_SCHEDULES}:SCHEDULE_CLASSES",))
+
+# Views of the table.
+POLICY_NAMES = tuple(POLICIES.rows)
+POLICY_PARAMS = POLICIES.column("params")
 # canonical name -> OpenSeq2Seq's function name (OpenSeq2Seq's policies only).
-FUNCTION_NAMES = {
-    "fixed": "fixed_lr",
-    "exp": "exp_decay",
-    "poly": "poly_decay",
-    "inv_poly": "inv_poly_decay",
-    "piecewise": "piecewise_constant",
-    "transformer": "transformer_policy",
-    "cosine": "cosine_decay",
+FUNCTION_NAMES = {name: row.function for name, row in POLICIES.rows.items() if row.function}
+
+# The top-level `warmup` block, which wraps any policy.
+WARMUP_PARAMS = {
+    "steps": Param(REQUIRED, STEPS),
+    "power": Param(1.0, POSITIVE),
 }
 
-POLICIES = Registry("lr_policy", POLICY_NAMES, {fn: name for name, fn in FUNCTION_NAMES.items()})
+
+def check_values(policy, params):
+    """A policy's full parameter dict (every name present) checked against its rules, as given."""
+    return POLICIES.check(policy, params)
+
+
+def check_learning_rate(value):
+    """The base learning rate as a float; it must be a number >= 0."""
+    NON_NEGATIVE("learning_rate", value)
+    return float(value)
 
 
 def resolve(name):
@@ -75,7 +206,9 @@ def check_params(name, params, *, max_steps=None, steps_per_epoch=None):
             code="unknown_key",
             message="is the base rate and belongs in `optimizer_params`, not in `lr_policy_params`",
         )
-    reject_unknown("lr_policy parameter", params, specs)
+    unknown = _p.unknown_keys(specs, params, "lr_policy")
+    if unknown:
+        raise unknown[0]
     for param, value in params.items():
         specs[param].rule(param, value)
     _check_run_length(max_steps, steps_per_epoch)
@@ -135,10 +268,7 @@ def check_warmup(params):
                 "warmup", f"`warmup` must be a mapping with `steps`. Received: warmup={params!r}",
                 code="wrong_type", message="must be a mapping with `steps`", value=params,
             )
-        reject_unknown("warmup parameter", params, WARMUP_PARAMS)
-        complete = with_defaults(WARMUP_PARAMS, params, owner="`warmup`")
-        for param, spec in WARMUP_PARAMS.items():
-            spec.rule(param, complete[param])
+        complete = _p.check_params(WARMUP_PARAMS, dict(params), "warmup", required_by="by `warmup`")
     except ValueError as error:
         param = getattr(error, "param", None)
         error.key = "warmup" if param in (None, "warmup") else f"warmup.{param}"

@@ -6,8 +6,8 @@ formulas are element-wise, so `step` may be an int or float scalar, a tensor
 of any integer or float dtype, or a 1-D tensor of steps (the preview uses
 that). They run eagerly, inside `tf.function` and under XLA.
 
-The parameters, their defaults and their checks live in the TF-free
-`opt_train.lr_policies.params`; a schedule's `get_config()` is its base
+The parameters, their defaults and their checks live in each policy's row of the
+TF-free `opt_train.lr_policies.registry.POLICIES`; a schedule's `get_config()` is its base
 `learning_rate` plus its complete parameter dict, and `from_config` rebuilds it.
 """
 
@@ -18,8 +18,7 @@ import math
 import keras
 import tensorflow as tf
 
-from opt_train.lr_policies.params import check_learning_rate, check_values
-from opt_train.lr_policies.registry import check_warmup
+from opt_train.lr_policies.registry import check_learning_rate, check_values, check_warmup
 
 _FLOAT = tf.float32
 
@@ -38,8 +37,8 @@ class PolicySchedule(keras.optimizers.schedules.LearningRateSchedule):
     Subclasses set `policy` (the canonical name) and write `rate(step)` for a
     float32 `step` tensor, reading their parameters from `self.params`. Defining
     the subclass registers it: in `SCHEDULE_CLASSES` under its name, and with
-    `keras.saving` (its parameters' entry in `params.POLICY_PARAMS` is the rest
-    of a new policy's registration).
+    `keras.saving` (its row in `registry.POLICIES` is the rest of a new policy's
+    registration; a test holds the two to the same names).
     """
 
     policy = None

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from opt_train.models import registry
 from opt_train.models.applications import build_application
-from opt_train.models.cnn import build_cnn
 from opt_train.models.factory import build_from_factory
-from opt_train.models.mlp import build_mlp
 from opt_train.models.saved import load_saved_model
-from opt_train.models.transformer import build_transformer
-
-BUILDERS = {"mlp": build_mlp, "cnn": build_cnn, "transformer": build_transformer}
 
 
 def build_model(spec, params, task, regularizer=None):
@@ -21,7 +16,7 @@ def build_model(spec, params, task, regularizer=None):
             `{"factory": "package.module:function"}`, `{"keras_application": "ResNet50"}`
             or `{"path": "my_model.keras"}`.
         params: the model's parameters (`model_params` in YAML); missing ones take
-            the defaults of `registry.MODEL_SPECS`. A factory gets them as keywords.
+            the defaults of the model's row in `registry.MODELS`. A factory gets them as keywords.
         task: the dataset's `opt_train.data.Task`.
         regularizer: a Keras regularizer applied to the built-in models' kernels
             (its penalties appear in `model.losses`; the caller adds them to the
@@ -47,7 +42,7 @@ def build_model(spec, params, task, regularizer=None):
         return load_saved_model(spec[kind], params, task)
     name = registry.resolve(spec)
     registry.check_task(name, task.kind)
-    return BUILDERS[name](task, regularizer=regularizer, **params)
+    return registry.MODELS.load(name)(task, regularizer=regularizer, **params)
 
 
 def fit_problem(model, task):

@@ -1,17 +1,21 @@
-"""Built-in model names and their parameters, TF-free, for the config layer and `opt-train list`.
+"""Built-in models, one `ModelRow` each in `MODELS`, TF-free, for the config layer and `opt-train list`.
 
-`MODEL_SPECS` is the one source of truth: the builders in `opt_train.models.mlp`,
-`.cnn` and `.transformer` receive exactly these parameters, with these defaults. A
-model spec in YAML is one of `MODEL_NAMES`, `{factory: "package.module:function"}`
-(the user's own Keras model; its params are passed through unchecked),
-`{keras_application: ResNet50}` (a `keras.applications` constructor; `model_params.weights`
-is what Keras takes: `imagenet`, a weights file, or none) or `{path: models/my_model.keras}`
-(a model saved with Keras).
+`MODELS` is the one source of truth: a row names the builder (`code`, imported when the
+model is built), the parameters it receives with their defaults, the task kinds it serves
+and the function that sizes its weights from those parameters (`variables`, TF-free). Adding
+a model is its module plus one row. A model spec in YAML is one of `MODEL_NAMES`,
+`{factory: "package.module:function"}` (the user's own Keras model; its params are passed
+through unchecked), `{keras_application: ResNet50}` (a `keras.applications` constructor;
+`model_params.weights` is what Keras takes: `imagenet`, a weights file, or none) or
+`{path: models/my_model.keras}` (a model saved with Keras).
 """
 
 from __future__ import annotations
 
-from opt_train.data import params as p
+from dataclasses import dataclass
+
+from opt_train import params as p
+from opt_train.registry import Row, Table
 from opt_train.suggest import Registry, UnknownNameError
 from opt_train.usercode import split_spec
 
@@ -22,48 +26,86 @@ ACTIVATIONS = (
     "silu", "softplus", "softsign", "swish", "tanh",
 )
 
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRow(Row):
+    """A built-in model. `code`: its builder, `build(task, *, regularizer=None, **params) -> keras.Model`.
+
+    `tasks`: the task kinds it serves (see `opt_train.data.registry.task_kind`). `variables`:
+    "module:function" (TF-free), `variables(task, **params) -> [(Keras variable.path, shape)]` of
+    the weights the builder makes, in its order (the memory check and the mesh plan read it).
+    """
+
+    tasks: tuple
+    variables: str
+
+    def locations(self):
+        return [self.code, self.variables]
+
+
 _ACTIVATION = p.Param("relu", p.one_of(*ACTIVATIONS, kind="activation"), "hidden-layer activation")
-_DROPOUT = p.Param(0.0, p.fraction, "dropout rate after each hidden layer")
+_DROPOUT = p.Param(0.0, p.FRACTION, "dropout rate after each hidden layer")
 
-MODEL_SPECS = {
-    "mlp": {
-        "hidden_units": p.Param([256, 128], p.positive_int_list, "widths of the hidden Dense layers"),
-        "activation": _ACTIVATION,
-        "dropout": _DROPOUT,
-    },
-    "cnn": {
-        "filters": p.Param([16, 32], p.positive_int_list, "channels of each conv block (conv + 2x2 max-pool)"),
-        "kernel_size": p.Param(3, p.positive_int, "square kernel size of every conv"),
-        "dense_units": p.Param(64, p.positive_int, "width of the Dense layer before the output"),
-        "activation": _ACTIVATION,
-        "dropout": _DROPOUT,
-    },
-    "transformer": {
-        "d_model": p.Param(64, p.positive_int, "width of embeddings and attention"),
-        "num_heads": p.Param(4, p.positive_int, "attention heads (must divide d_model)"),
-        "num_layers": p.Param(2, p.positive_int, "encoder blocks"),
-        "ff_dim": p.Param(128, p.positive_int, "inner width of each feed-forward block"),
-        "dropout": _DROPOUT,
-        "activation": p.Param("relu", p.one_of(*ACTIVATIONS, kind="activation"), "feed-forward activation"),
-    },
-}
 
-MODEL_SUMMARIES = {
-    "mlp": "multi-layer perceptron (flattens its input); classification or regression",
-    "cnn": "small conv net for image-like inputs (a flat input is reshaped to the dataset's image shape)",
-    "transformer": "small Transformer encoder labelling every position of a token sequence (reversal task)",
-}
+def _heads_divide_width(filled):
+    if filled["d_model"] % filled["num_heads"]:
+        raise p.ParamError(
+            "num_heads", "out_of_range", f"must divide `d_model` ({filled['d_model']})", filled["num_heads"],
+            text=f"`num_heads` must divide `d_model`. Received: num_heads={filled['num_heads']}, "
+            f"d_model={filled['d_model']}",
+        )
 
-# Task kinds each model can serve (see opt_train.data.registry.task_kind).
-MODEL_TASKS = {
-    "mlp": ("classification", "regression"),
-    "cnn": ("classification", "regression"),
-    "transformer": ("sequence",),
-}
 
-MODEL_NAMES = tuple(MODEL_SPECS)
+MODELS = Table("model", [
+    ModelRow(
+        name="mlp",
+        summary="multi-layer perceptron (flattens its input); classification or regression",
+        code="opt_train.models.mlp:build_mlp",
+        variables="opt_train.models.size:mlp_variables",
+        tasks=("classification", "regression"),
+        params={
+            "hidden_units": p.Param([256, 128], p.positive_int_list, "widths of the hidden Dense layers"),
+            "activation": _ACTIVATION,
+            "dropout": _DROPOUT,
+        },
+    ),
+    ModelRow(
+        name="cnn",
+        summary="small conv net for image-like inputs (a flat input is reshaped to the dataset's image shape)",
+        code="opt_train.models.cnn:build_cnn",
+        variables="opt_train.models.size:cnn_variables",
+        tasks=("classification", "regression"),
+        params={
+            "filters": p.Param([16, 32], p.positive_int_list, "channels of each conv block (conv + 2x2 max-pool)"),
+            "kernel_size": p.Param(3, p.positive_int, "square kernel size of every conv"),
+            "dense_units": p.Param(64, p.positive_int, "width of the Dense layer before the output"),
+            "activation": _ACTIVATION,
+            "dropout": _DROPOUT,
+        },
+    ),
+    ModelRow(
+        name="transformer",
+        summary="small Transformer encoder labelling every position of a token sequence (reversal task)",
+        code="opt_train.models.transformer:build_transformer",
+        variables="opt_train.models.size:transformer_variables",
+        tasks=("sequence",),
+        params={
+            "d_model": p.Param(64, p.positive_int, "width of embeddings and attention"),
+            "num_heads": p.Param(4, p.positive_int, "attention heads (must divide d_model)"),
+            "num_layers": p.Param(2, p.positive_int, "encoder blocks"),
+            "ff_dim": p.Param(128, p.positive_int, "inner width of each feed-forward block"),
+            "dropout": _DROPOUT,
+            "activation": p.Param("relu", p.one_of(*ACTIVATIONS, kind="activation"), "feed-forward activation"),
+        },
+        cross=_heads_divide_width,
+    ),
+], owner="{name}", required_by="for {name}", as_given=True)
 
-MODELS = Registry("model", MODEL_NAMES)
+# Views of the table.
+MODEL_NAMES = tuple(MODELS.rows)
+MODEL_SPECS = MODELS.column("params")
+MODEL_SUMMARIES = MODELS.column("summary")
+MODEL_TASKS = MODELS.column("tasks")
 
 
 # The `keras.applications` constructors of Keras 3 (a test checks this against Keras), so a
@@ -152,20 +194,6 @@ def resolve(name):
     return MODELS.resolve(name)
 
 
-def _cross_errors(name, filled):
-    """Rules between parameters, checked after each one passed its own rule."""
-    if name == "transformer" and filled["d_model"] % filled["num_heads"]:
-        return [
-            p.ParamError(
-                "num_heads", "out_of_range", f"must divide `d_model` ({filled['d_model']})",
-                filled["num_heads"],
-                text=f"`num_heads` must divide `d_model`. Received: num_heads={filled['num_heads']}, "
-                f"d_model={filled['d_model']}",
-            )
-        ]
-    return []
-
-
 def _application_param_errors(params):
     if params is not None and not isinstance(params, dict):
         return [p.ParamError(None, "wrong_type", "model params must be a mapping", params)]
@@ -195,7 +223,7 @@ def param_errors(spec, params):
     if kind == "keras_application":
         return _application_param_errors(params)
     if kind == "path":
-        errors = p.param_errors(PATH_SPEC, params, "saved model")
+        errors = p.param_errors(PATH_SPEC, params, "saved model", required_by="for saved model")[1]
         if not errors:  # a missing file last, as for the datasets' files
             try:
                 p.existing_file("path", spec["path"])
@@ -211,13 +239,7 @@ def param_errors(spec, params):
         return [] if params is None or isinstance(params, dict) else [
             p.ParamError(None, "wrong_type", "model params must be a mapping", params)
         ]
-    name = resolve(spec)
-    errors = p.param_errors(MODEL_SPECS[name], params, name)
-    if errors:
-        return errors
-    filled = {k: v.default for k, v in MODEL_SPECS[name].items()}
-    filled.update(params or {})
-    return _cross_errors(name, filled)
+    return MODELS.param_errors(spec, params)[1]
 
 
 def check_params(spec, params):
@@ -230,8 +252,7 @@ def check_params(spec, params):
         return p.check_params(PATH_SPEC, params, "saved model")
     if kind != "name":
         return dict(params or {})
-    name = resolve(spec)
-    return p.check_params(MODEL_SPECS[name], params, name)
+    return MODELS.check(spec, params)
 
 
 def check_task(spec, kind):

@@ -66,16 +66,20 @@ def transformer_variables(task, d_model, num_heads, num_layers, ff_dim, **_):
     return found + _norm("final_norm", d_model) + _dense("logits", d_model, task.output_dim)
 
 
-# name -> variables(task, **params): [(Keras `variable.path`, shape)] of `model.weights`, in the
-# builder's order (a test holds each against the built Keras model). Dropout's seed-generator
-# states (two int64 per layer, named by a process-wide counter) are not weights and are left out.
-MODEL_VARIABLES = {"mlp": mlp_variables, "cnn": cnn_variables, "transformer": transformer_variables}
+# A model's row names its `variables(task, **params)`: [(Keras `variable.path`, shape)] of
+# `model.weights`, in the builder's order (a test holds each against the built Keras model).
+# Dropout's seed-generator states (two int64 per layer, named by a process-wide counter) are not
+# weights and are left out.
 
 
 def variable_shapes(name, params, task):
     """`[(path, shape)]` of the weights built-in model `name` has for `task`, or None when it cannot tell."""
-    variables = MODEL_VARIABLES.get(name)
-    return None if variables is None else variables(task, **params)
+    from opt_train.models.registry import MODELS
+    from opt_train.registry import load
+
+    if name not in MODELS:
+        return None
+    return load(MODELS[name].variables)(task, **params)
 
 
 def weight_count(name, params, task):

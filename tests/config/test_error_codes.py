@@ -15,7 +15,7 @@ from opt_train import params as p
 from opt_train.data import registry as data_registry
 from opt_train.errors import PARAM_CODES, ParamError
 from opt_train.lr_policies import registry as lr_registry
-from opt_train.lr_policies.params import POLICY_PARAMS, WARMUP_PARAMS
+from opt_train.lr_policies.registry import POLICY_PARAMS, WARMUP_PARAMS
 from opt_train.models import registry as model_registry
 from opt_train.optimizers import names, specs
 from opt_train.optimizers import table as optimizer_table
@@ -172,13 +172,13 @@ def test_an_error_at_a_full_key_is_one_constructor():
 
 # The TF-free modules where every check lives: none may raise a bare ValueError.
 RULE_MODULES = [
-    "params.py", "suggest.py", "errors.py",
+    "params.py", "suggest.py", "errors.py", "registry.py",
     "optimizers/names.py", "optimizers/table.py", "optimizers/specs.py", "optimizers/registry.py",
     "optimizers/classes.py", "optimizers/construct.py", "optimizers/serialization.py",
     "optimizers/freezing.py", "optimizers/grouping.py",
-    "lr_policies/params.py", "lr_policies/registry.py", "lr_policies/factory.py",
-    "data/params.py", "data/registry.py", "models/registry.py",
-    "config/rules.py", "config/validate.py", "config/registries.py", "config/schema.py",
+    "lr_policies/registry.py", "lr_policies/factory.py",
+    "data/registry.py", "models/registry.py",
+    "config/rules.py", "config/validate.py", "config/schema.py",
 ]
 
 

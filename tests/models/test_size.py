@@ -49,13 +49,12 @@ SHAPE_CASES = {
 
 @pytest.mark.parametrize("case", sorted(SHAPE_CASES))
 def test_variable_paths_and_shapes_are_the_built_keras_models(case):
-    from opt_train.models.build import BUILDERS
-    from opt_train.models.registry import check_params
+    from opt_train.models.registry import MODELS, check_params
     from opt_train.models.size import variable_shapes
 
     name, given, task = SHAPE_CASES[case]
     params = check_params(name, given)
-    model = BUILDERS[name](task, **params)
+    model = MODELS.load(name)(task, **params)
     built = [(weight.path, tuple(weight.shape)) for weight in model.weights]
     assert variable_shapes(name, params, task) == built
     assert weight_count(name, params, task) == model.count_params()
