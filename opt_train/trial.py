@@ -19,7 +19,9 @@ import json
 import os
 
 from opt_train.atomic import read_json, write_json
-from opt_train.errors import PRUNED_EXIT_CODE
+from opt_train.errors import PRUNED_EXIT_CODE, ParamError
+from opt_train.params import Param
+from opt_train.registry import Row, Table
 
 __all__ = [
     "ENVIRONMENT_VARIABLE", "FAILURE_FILE", "PRUNED_EXIT_CODE", "PRUNERS", "clear_failure", "describe",
@@ -30,15 +32,45 @@ ENVIRONMENT_VARIABLE = "OPT_TRAIN_SWEEP_TRIAL"
 FAILURE_FILE = "failure.json"
 # The keys of a failure record, in the order they are written.
 FAILURE_KEYS = ("exit_code", "error", "key", "code", "message")
-# Each pruner name the sweep offers: its Optuna class, and the keyword arguments that class
-# takes from `pruner: {name: {...}}`.
-PRUNERS = {
-    "none": ("NopPruner", ()),
-    "median": ("MedianPruner", ("n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials")),
-    "asha": ("SuccessiveHalvingPruner",
-             ("min_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count")),
-    "hyperband": ("HyperbandPruner", ("min_resource", "max_resource", "reduction_factor", "bootstrap_count")),
-}
+
+
+def _count_or_auto(name, value):
+    """A pruner's argument: an integer >= 0, or `auto` where Optuna takes it."""
+    if value != "auto" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise ParamError(name, "wrong_type", "must be an integer >= 0", value)
+    return value
+
+
+def _pruner_arg(default, doc):
+    return Param(default, _count_or_auto, doc)
+
+
+# Each pruner the sweep offers (`pruner: NAME` or `{NAME: {argument: value}}`): its Optuna class
+# and the keyword arguments that class takes, with Optuna's defaults.
+PRUNERS = Table("pruner", [
+    Row(name="none", summary="never prune: every trial runs to its end", code="optuna.pruners:NopPruner"),
+    Row(name="median", summary="stop a trial whose best result so far is worse than the median of earlier "
+        "trials' at the same step", code="optuna.pruners:MedianPruner", params={
+            "n_startup_trials": _pruner_arg(5, "trials that finish before any is pruned"),
+            "n_warmup_steps": _pruner_arg(0, "steps of each trial before it may be pruned"),
+            "interval_steps": _pruner_arg(1, "steps between pruning checks"),
+            "n_min_trials": _pruner_arg(1, "reports needed at a step before it is compared"),
+        }),
+    Row(name="asha", summary="asynchronous successive halving: keep the top 1/reduction_factor at each rung",
+        code="optuna.pruners:SuccessiveHalvingPruner", params={
+            "min_resource": _pruner_arg("auto", "steps before the first rung"),
+            "reduction_factor": _pruner_arg(4, "the share kept at each rung is 1/reduction_factor"),
+            "min_early_stopping_rate": _pruner_arg(0, "rungs skipped before pruning starts"),
+            "bootstrap_count": _pruner_arg(0, "trials a rung needs before it prunes"),
+        }),
+    Row(name="hyperband", summary="Hyperband: several successive-halving brackets with different budgets",
+        code="optuna.pruners:HyperbandPruner", params={
+            "min_resource": _pruner_arg(1, "steps before the first rung"),
+            "max_resource": _pruner_arg("auto", "steps of a whole trial"),
+            "reduction_factor": _pruner_arg(3, "the share kept at each rung is 1/reduction_factor"),
+            "bootstrap_count": _pruner_arg(0, "trials a rung needs before it prunes"),
+        }),
+], owner="{name} pruner")
 
 
 def describe(storage, study, trial_id, metric, pruner="none", pruner_params=None):
@@ -57,9 +89,7 @@ def description(environ=None):
 
 def make_pruner(name, params=None):
     """Optuna's pruner for the sweep's pruner `name` (none, median, asha, hyperband) with its keyword `params`."""
-    import optuna
-
-    return getattr(optuna.pruners, PRUNERS[name][0])(**(params or {}))
+    return PRUNERS.load(name)(**(params or {}))
 
 
 def write_failure(logdir, exit_code, error, message, key=None, code=None):

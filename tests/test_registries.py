@@ -81,3 +81,19 @@ def test_param_errors_collects_every_problem_and_fills_defaults():
     filled, errors = models.param_errors("transformer", {"d_model": 10, "num_heads": 4})
     assert [(error.param, error.code) for error in errors] == [("num_heads", "out_of_range")]
     assert models.check("mlp", {}) == {"hidden_units": [256, 128], "activation": "relu", "dropout": 0.0}
+
+
+@pytest.mark.parametrize("name", sorted(TABLES["pruners"].rows))
+def test_a_pruners_defaults_are_optunas(name):
+    import inspect
+
+    signature = inspect.signature(TABLES["pruners"].load(name))
+    for param, spec in TABLES["pruners"].rows[name].params.items():
+        assert signature.parameters[param].default == spec.default, (name, param)
+
+
+@pytest.mark.parametrize("name", sorted(TABLES["lr_controls"].rows))
+def test_an_lr_controls_code_is_the_rule_the_control_applies(name):
+    from opt_train.training.controls import LearningRateControl
+
+    assert TABLES["lr_controls"].load(name) is getattr(LearningRateControl, f"_{name}")

@@ -15,12 +15,28 @@ import functools
 from opt_train import params as p
 from opt_train.config.issues import RuleErrors, below
 from opt_train.errors import ParamError
+from opt_train.registry import Row, Table
 from opt_train.suggest import UnknownNameError, closest
 from opt_train.trial import PRUNERS
 
 BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study")
-# Optuna's samplers by the names users write (opt_train/sweep/study.py maps them); pruners: opt_train/trial.py.
-SAMPLERS = ("grid", "random", "tpe", "cmaes", "qmc")
+# Optuna's samplers by the names users write: `code` is the class `opt_train/sweep/study.py` seeds
+# (pruners: opt_train/trial.py).
+SAMPLER_TABLE = Table("sampler", [
+    # Every grid point is queued with all its values fixed (enqueue_trial), so the sampler
+    # proposes nothing. Optuna's GridSampler is not used: it picks points at random when
+    # workers race and fails on queued trials, which carry no grid id.
+    Row(name="grid", summary="every point of sweep.grid, in order (queued; the default without ranges)",
+        code="optuna.samplers:RandomSampler"),
+    Row(name="random", summary="independent uniform draws from sweep.random's ranges",
+        code="optuna.samplers:RandomSampler"),
+    Row(name="tpe", summary="Optuna's tree-structured Parzen estimator (the default with ranges)",
+        code="optuna.samplers:TPESampler"),
+    Row(name="cmaes", summary="Optuna's CMA-ES over the numeric ranges", code="optuna.samplers:CmaEsSampler"),
+    Row(name="qmc", summary="a scrambled quasi-Monte Carlo (Sobol) sequence over the ranges",
+        code="optuna.samplers:QMCSampler"),
+])
+SAMPLERS = tuple(SAMPLER_TABLE.rows)
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
 MODES = ("min", "max")
 # Keys the sweep sets itself for every trial, so they cannot be swept.
@@ -201,16 +217,17 @@ def pruner(spec):
         hint = closest(spec, PRUNERS)
         message = f"unknown pruner; did you mean '{hint}'?" if hint else f"unknown pruner (valid: {', '.join(PRUNERS)})"
         raise ParamError(None, "unknown_name", message, spec)
-    accepted = PRUNERS[spec][1]
+    spec = PRUNERS.resolve(spec)
+    accepted = tuple(PRUNERS[spec].params)
     errors = []
-    for key, value in params.items():
-        if key not in accepted:
+    for error in PRUNERS.param_errors(spec, params)[1]:
+        key = error.param
+        if error.code == "unknown_key":
             hint = closest(str(key), accepted)
             suffix = f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(accepted) or 'none'})"
-            errors.append(ParamError(f"{spec}.{key}", "unknown_key", f"unknown argument of the {spec} pruner{suffix}",
-                                     value))
-        elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 0) and value != "auto":
-            errors.append(ParamError(f"{spec}.{key}", "wrong_type", "must be an integer >= 0", value))
+            error = ParamError(key, "unknown_key", f"unknown argument of the {spec} pruner{suffix}", params[key])
+        error.param = f"{spec}.{key}"
+        errors.append(error)
     if errors:
         raise RuleErrors(errors)
     return spec, dict(params)

@@ -37,35 +37,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from opt_train import params as p
-from opt_train.errors import ParamError
-
-_POSITIVE = p.number(0, low_open=True)
-_NON_NEGATIVE = p.number(0)
-
 
 class GradientNoiseState(NamedTuple):
     """`count`: calls so far, the t of the schedule (int64)."""
 
     count: Any
-
-
-def check_params(eta=None, gamma=0.55, stddev=None, seed=0):
-    """The parameters, checked without TensorFlow (the config layer calls this before training)."""
-    if (eta is None) == (stddev is None):
-        raise ParamError(
-            "eta" if eta is None else "stddev", "missing" if eta is None else "conflict",
-            "needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant noise)",
-            text="needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant "
-            f"noise). Received: eta={eta!r}, stddev={stddev!r}",
-        )
-    if eta is not None:
-        eta = _POSITIVE("eta", eta)
-    else:
-        stddev = _POSITIVE("stddev", stddev)
-    gamma = _NON_NEGATIVE("gamma", gamma)
-    seed = p.integer()("seed", seed)
-    return {"eta": eta, "gamma": gamma, "stddev": stddev, "seed": seed}
 
 
 def gradient_noise(eta=None, gamma=0.55, stddev=None, seed=0):
@@ -81,7 +57,9 @@ def gradient_noise(eta=None, gamma=0.55, stddev=None, seed=0):
     Returns:
         A `GradientTransform` whose state is a `GradientNoiseState`.
     """
-    params = check_params(eta=eta, gamma=gamma, stddev=stddev, seed=seed)
+    from opt_train.optimizers.user_transforms import TRANSFORMS
+
+    params = TRANSFORMS.check("gradient_noise", {"eta": eta, "gamma": gamma, "stddev": stddev, "seed": seed})
     import tensorflow as tf
 
     from opt_train.optimizers.transform import GradientTransform

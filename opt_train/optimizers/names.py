@@ -15,7 +15,7 @@ from __future__ import annotations
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param
-from opt_train.suggest import Registry
+from opt_train.registry import Row, Table
 
 # What `summaries:` may list (OpenSeq2Seq's OPTIMIZER_SUMMARIES plus loss_scale).
 OPTIMIZER_SUMMARIES = (
@@ -58,33 +58,63 @@ ITER_SIZE_MODE = p.one_of(*ITER_SIZE_MODES, kind="iter_size_mode", lower=True)
 
 _WINDOW = p.integer(1)
 
-# Loss-scaler algorithm -> {parameter: Param}. Backoff and LogMax keep
-# OpenSeq2Seq's defaults (open_seq2seq/optimizers/automatic_loss_scaler.py at
-# NVIDIA/OpenSeq2Seq@8681d38: scale_max 2.**14 for both, Backoff's first scale is
-# scale_max, LogMax's is 1.0; 2.**24 was the default before its 2019 change); Dynamic is Keras's
-# LossScaleOptimizer rule (halve on overflow, double after N finite steps).
-LOSS_SCALER_PARAMS = {
-    "Backoff": {
-        "scale_min": Param(1.0, p.YAML_POSITIVE),
-        "scale_max": Param(2.0**14, p.YAML_POSITIVE),
-        "step_factor": Param(2.0, p.number(1, low_open=True, strings=True)),
-        "step_window": Param(2000, _WINDOW),
-    },
-    "LogMax": {
-        "scale_min": Param(1.0, p.YAML_POSITIVE),
-        "scale_max": Param(2.0**14, p.YAML_POSITIVE),
-        "log_max": Param(16.0, p.YAML_POSITIVE),
-        "beta1": Param(0.99, p.YAML_FRACTION),
-        "beta2": Param(0.999, p.YAML_FRACTION),
-        "overflow_std_dev": Param(3.09, p.YAML_POSITIVE),
-    },
-    "Dynamic": {
-        "initial_scale": Param(2.0**15, p.YAML_POSITIVE),
-        "dynamic_growth_steps": Param(2000, _WINDOW),
-    },
-}
-LOSS_SCALER_NAMES = Registry("loss scaling algorithm", LOSS_SCALER_PARAMS, param="loss_scaling")
-# Algorithm -> {parameter: default}, for listings.
+
+
+def _check_scale_bounds(params):
+    if params["scale_max"] < params["scale_min"]:
+        raise ParamError("scale_max", "out_of_range", f"must be >= scale_min ({params['scale_min']!r})",
+                         params["scale_max"])
+
+
+_LOSS_SCALING = "opt_train.optimizers.loss_scaling"
+
+# The loss-scaler algorithms. Backoff and LogMax keep OpenSeq2Seq's defaults
+# (open_seq2seq/optimizers/automatic_loss_scaler.py at NVIDIA/OpenSeq2Seq@8681d38: scale_max
+# 2.**14 for both, Backoff's first scale is scale_max, LogMax's is 1.0; 2.**24 was the default
+# before its 2019 change); Dynamic is Keras's LossScaleOptimizer rule (halve on overflow, double
+# after N finite steps). `code` is the scaler class; `AutomaticLossScaler` picks it by name.
+LOSS_SCALER_NAMES = Table("loss scaling algorithm", [
+    Row(
+        name="Backoff",
+        summary="OpenSeq2Seq's Backoff: start at scale_max, divide by step_factor on overflow, "
+        "multiply after step_window finite steps",
+        code=f"{_LOSS_SCALING}:BackoffScaler",
+        params={
+            "scale_min": Param(1.0, p.YAML_POSITIVE),
+            "scale_max": Param(2.0**14, p.YAML_POSITIVE),
+            "step_factor": Param(2.0, p.number(1, low_open=True, strings=True)),
+            "step_window": Param(2000, _WINDOW),
+        },
+        cross=_check_scale_bounds,
+    ),
+    Row(
+        name="LogMax",
+        summary="OpenSeq2Seq's LogMax: keep the scale below a high quantile of log2 of the gradient's max",
+        code=f"{_LOSS_SCALING}:LogMaxScaler",
+        params={
+            "scale_min": Param(1.0, p.YAML_POSITIVE),
+            "scale_max": Param(2.0**14, p.YAML_POSITIVE),
+            "log_max": Param(16.0, p.YAML_POSITIVE),
+            "beta1": Param(0.99, p.YAML_FRACTION),
+            "beta2": Param(0.999, p.YAML_FRACTION),
+            "overflow_std_dev": Param(3.09, p.YAML_POSITIVE),
+        },
+        cross=_check_scale_bounds,
+    ),
+    Row(
+        name="Dynamic",
+        summary="Keras's LossScaleOptimizer rule: halve on overflow, double after dynamic_growth_steps "
+        "finite steps",
+        code=f"{_LOSS_SCALING}:DynamicScaler",
+        params={
+            "initial_scale": Param(2.0**15, p.YAML_POSITIVE),
+            "dynamic_growth_steps": Param(2000, _WINDOW),
+        },
+    ),
+], param="loss_scaling", owner="{name} loss scaling", required_by="by {name} loss scaling",
+    key="loss_scaling_params", sites=(f"{_LOSS_SCALING}:_SCALER_CLASSES",))
+# Algorithm -> {parameter: Param}, and -> {parameter: default} for listings.
+LOSS_SCALER_PARAMS = LOSS_SCALER_NAMES.column("params")
 LOSS_SCALERS = {algo: p.defaults(spec) for algo, spec in LOSS_SCALER_PARAMS.items()}
 
 LARC_MODES = ("clip", "scale")
@@ -189,28 +219,9 @@ def resolve_loss_scaler(name):
     return LOSS_SCALER_NAMES.resolve(name)
 
 
-def _check_scale_bounds(params):
-    if params["scale_max"] < params["scale_min"]:
-        raise ParamError("scale_max", "out_of_range", f"must be >= scale_min ({params['scale_min']!r})",
-                         params["scale_max"])
-
-
-# Rules between one algorithm's parameters, run after each passed its own.
-_LOSS_SCALER_CROSS = {"Backoff": _check_scale_bounds, "LogMax": _check_scale_bounds}
-
-
 def loss_scaler_param_errors(algorithm, params):
-    """`(filled, errors)` for an algorithm's parameters: every problem, each a `ParamError`."""
-    algorithm = resolve_loss_scaler(algorithm)
-    filled, errors = p.param_errors(
-        LOSS_SCALER_PARAMS[algorithm], dict(params or {}), f"{algorithm} loss scaling"
-    )
-    if not errors and algorithm in _LOSS_SCALER_CROSS:
-        try:
-            _LOSS_SCALER_CROSS[algorithm](filled)
-        except ParamError as error:
-            errors.append(error)
-    return filled, _under("loss_scaling_params", errors)
+    """`(filled, errors)` for an algorithm's parameters: every problem, each a `ParamError` at its full key."""
+    return LOSS_SCALER_NAMES.param_errors(algorithm, dict(params or {}))
 
 
 def check_loss_scaler_params(algorithm, params):

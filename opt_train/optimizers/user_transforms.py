@@ -7,8 +7,8 @@ An entry names a factory, its parameters, and the built-in stage it follows:
       - {factory: gradient_noise, params: {eta: 0.01}}
 
 `factory` is `package.module:function` (or `package.module.function`), or the
-name of a built-in transform (`BUILTIN_TRANSFORMS`), which is written exactly
-as a user's would be: a module with a factory. The factory is called as
+name of a built-in transform (a row of `TRANSFORMS`: its factory, parameters and summary),
+which is written exactly as a user's would be: a module with a factory. The factory is called as
 `factory(**params)` and returns an `opt_train.optimizers.GradientTransform`.
 
 Every error carries the full key it is about (`.key`, e.g.
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import inspect
 
+from opt_train import params as p
 from opt_train import usercode
 from opt_train.errors import PARAM_CODES, ParamError
+from opt_train.registry import Row, Table
 from opt_train.suggest import UnknownNameError
 
 # The built-in stages a transform may follow, in pipeline order. `clip` and
@@ -32,10 +34,39 @@ STAGES = ("unscale", "accumulate", "allreduce", "finite", "clip", "larc")
 LAST_STAGE = "clip"
 ENTRY_KEYS = ("factory", "params", "after")
 
-# Built-in transform name -> "module:function" (the same form a user writes).
-BUILTIN_TRANSFORMS = {
-    "gradient_noise": "opt_train.optimizers.gradient_noise:gradient_noise",
-}
+
+
+def _eta_or_stddev(params):
+    eta, stddev = params["eta"], params["stddev"]
+    if (eta is None) == (stddev is None):
+        raise ParamError(
+            "eta" if eta is None else "stddev", "missing" if eta is None else "conflict",
+            "needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant noise)",
+            text="needs exactly one of `eta` (the paper's annealed noise) and `stddev` (RETURNN's constant "
+            f"noise). Received: eta={eta!r}, stddev={stddev!r}",
+        )
+
+
+_POSITIVE = p.optional(p.number(0, low_open=True))
+
+# The built-in transforms; `code` is the factory, "module:function" (the same form a user writes),
+# called with the row's parameters checked and filled.
+TRANSFORMS = Table("gradient transform", [
+    Row(
+        name="gradient_noise",
+        summary="Gaussian noise added to every gradient: annealed (`eta`, `gamma`; Neelakantan et al. 2015) "
+        "or constant (`stddev`, RETURNN's gradient_noise)",
+        code="opt_train.optimizers.gradient_noise:gradient_noise",
+        params={
+            "eta": p.Param(None, _POSITIVE, "the variance at t = 0 of the annealed noise"),
+            "gamma": p.Param(0.55, p.number(0), "the decay exponent of the variance"),
+            "stddev": p.Param(None, _POSITIVE, "a constant standard deviation instead (truncated normal)"),
+            "seed": p.Param(0, p.integer(), "the noise's seed"),
+        },
+        cross=_eta_or_stddev,
+    ),
+], owner="{name}", required_by="by {name}")
+BUILTIN_TRANSFORMS = TRANSFORMS.column("code")
 
 KEY = "gradient_transforms"
 
@@ -119,16 +150,14 @@ def load_factory(target, key):
 
 
 def _check_builtin_params(name, params, here):
-    """A built-in's parameters, checked by the module's own TF-free `check_params`."""
-    function = load_factory(name, f"{here}.factory")
-    checker = getattr(inspect.getmodule(function), "check_params", None)
-    if checker is None:
+    """A built-in's parameters, checked by its row's rules (TF-free)."""
+    errors = TRANSFORMS.param_errors(name, params)[1]
+    if not errors:
         return
-    bind(checker, params, here, label=name)
-    try:
-        checker(**params)
-    except ValueError as error:
-        raise _at_param(error, params, here) from None
+    error = errors[0]
+    if error.code == "unknown_key":
+        raise _unknown(error, f"{here}.params.{error.param}", "unknown_key")
+    raise _at_param(error, params, here)
 
 
 def bind(function, params, here, label="factory"):

@@ -168,21 +168,13 @@ def make_sampler(spec, queue, number=None):
     QMC keeps the study's seed: its points are one scrambled sequence that the study
     numbers itself, so each worker already takes the next point of it.
     """
-    samplers = optuna_module().samplers
+    from opt_train.config.sweep_block import SAMPLER_TABLE
+
+    optuna_module()  # says what to install when Optuna is missing
     seed = spec.seed
     if seed is not None and number is not None and spec.sampler != "qmc":
         seed = trial_seed(seed, number)
-    classes = {
-        # Every grid point is queued with all its values fixed (enqueue_trial), so the sampler
-        # proposes nothing. Optuna's GridSampler is not used: it picks points at random when
-        # workers race and fails on queued trials, which carry no grid id.
-        "grid": samplers.RandomSampler,
-        "random": samplers.RandomSampler,
-        "tpe": samplers.TPESampler,
-        "cmaes": samplers.CmaEsSampler,
-        "qmc": samplers.QMCSampler,
-    }
-    return classes[spec.sampler](seed=seed)
+    return SAMPLER_TABLE.load(spec.sampler)(seed=seed)
 
 
 def direction(spec):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opt_train.optimizers.gradient_noise import check_params, gradient_noise
+from opt_train.optimizers.gradient_noise import gradient_noise
+from opt_train.optimizers.user_transforms import TRANSFORMS
 
 N = 200_000  # elements: the sample variance is then within ~1 % (3 sigma) of the true one
 
@@ -89,6 +90,6 @@ def test_sparse_gradient_gets_noise_on_the_whole_variable_and_none_stays_none():
 )
 def test_bad_parameters(params, message):
     with pytest.raises(ValueError, match=message):
-        check_params(**params)
+        TRANSFORMS.check("gradient_noise", params)
     with pytest.raises(ValueError, match=message):
         gradient_noise(**params)
