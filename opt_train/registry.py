@@ -70,11 +70,12 @@ class Table(Registry):
     `as_given`: the checked parameters reach the code as the user gave them (defaults filled),
     not as their rules return them (`4` stays `4`, not `4.0`). `sites`: "module:attribute" of each
     TF-side table keyed by this kind's names (a dict filled as classes are defined, say); the
-    registry test holds each to exactly the table's names.
+    registry test holds each to exactly the table's names. `columns`: the row fields the docs' table
+    shows after the name ("parameters": the parameters with their defaults).
     """
 
     def __init__(self, kind, rows, *, param=None, owner="{kind} '{name}'", required_by="by {kind} '{name}'",
-                 key=None, as_given=False, sites=()):
+                 key=None, as_given=False, sites=(), columns=("summary", "parameters")):
         self.rows = {row.name: row for row in rows}
         assert len(self.rows) == len(rows), f"two {kind} rows share a name"
         aliases = {alias: row.name for row in rows for alias in row.aliases}
@@ -84,6 +85,7 @@ class Table(Registry):
         self.key = key
         self.as_given = as_given
         self.sites = tuple(sites)
+        self.columns = tuple(columns)
 
     def __getitem__(self, name):
         """The row of `name` (any spelling); `UnknownNameError` when there is none."""
@@ -135,19 +137,29 @@ class Table(Registry):
         """The code row `name` names, imported now (TensorFlow with it, for most kinds)."""
         return load(self[name].code)
 
-    def markdown(self, columns=("summary", "parameters")):
-        """The table as the docs' Markdown: name, summary and parameters with defaults."""
-        head = ["name", *columns]
+    def markdown(self):
+        """The table as the docs' Markdown: name (and aliases), summary and parameters with defaults."""
+        aliases = any(row.aliases for row in self.rows.values())
+        columns = self.columns
+        head = ["name", *(["also"] if aliases else []), *columns]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in self.rows.values():
-            cells = [f"`{row.name}`"]
+            cells = [f"`{row.name}`"] + ([", ".join(f"`{alias}`" for alias in row.aliases)] if aliases else [])
             for column in columns:
                 if column == "parameters":
                     cells.append(describe_params(row.defaults(), markdown=True))
                 else:
-                    cells.append(str(getattr(row, column)).replace("|", "\\|"))
+                    cells.append(_cell(getattr(row, column)))
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
+
+
+def _cell(value):
+    if value is None:
+        return "—"
+    if isinstance(value, (tuple, list)):
+        return ", ".join(map(str, value))
+    return str(value).replace("|", "\\|")
 
 
 def describe_params(defaults, *, markdown=False):

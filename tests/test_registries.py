@@ -97,3 +97,16 @@ def test_an_lr_controls_code_is_the_rule_the_control_applies(name):
     from opt_train.training.controls import LearningRateControl
 
     assert TABLES["lr_controls"].load(name) is getattr(LearningRateControl, f"_{name}")
+
+
+def test_list_shows_every_registrys_rows_without_tensorflow():
+    from tests.support import NO_TENSORFLOW, main_code, run_python
+
+    done = run_python(main_code(["list"], then=NO_TENSORFLOW + "assert 'optuna' not in sys.modules\n"))
+    assert done.returncode == 0, done.stderr
+    topics = done.stdout.split("\n# ")
+    shown = {topic.split("\n", 1)[0].lstrip("# "): topic for topic in topics}
+    for kind, table in TABLES.items():
+        lines = shown[kind].splitlines()
+        for name, row in table.rows.items():
+            assert any(line.startswith(f"{name} ") and row.summary in line for line in lines), (kind, name)

@@ -1,102 +1,105 @@
-"""`opt-train list`: the config keys, and the optimizers, lr policies, models, datasets and summaries a config may name."""
+"""`opt-train list`: the config keys, the optimizers, the summaries, and every registry's names a config may use."""
 
 import click
 
-TOPICS = ("keys", "optimizers", "lr_policies", "models", "datasets", "summaries", "loss_scalers")
+from opt_train.params import REQUIRED
+from opt_train.registry import TABLES, describe_params, tables
+
+TOPICS = ("keys", "optimizers", *TABLES, "summaries")
+# The topics whose docs table `--markdown` prints: the keys and every registry.
+MARKDOWN_TOPICS = ("keys", *TABLES)
 
 
 @click.command("list")
 @click.argument("topic", type=click.Choice(TOPICS), required=False)
-@click.option("--markdown", is_flag=True, help="keys: the key table of docs/config.md.")
+@click.option("--markdown", is_flag=True,
+              help=f"The docs' reference table of a topic ({', '.join(MARKDOWN_TOPICS)}), as docs/*.md hold it.")
 def list_command(topic, markdown):
     """List names with their parameters and defaults (all topics when none is given)."""
     if markdown:
-        if topic != "keys":
-            raise click.UsageError("--markdown goes with `opt-train list keys`")
-        from opt_train.config import keys
-
-        click.echo(keys.markdown())
+        if topic not in MARKDOWN_TOPICS:
+            raise click.UsageError(f"--markdown goes with `opt-train list TOPIC`, TOPIC one of {', '.join(MARKDOWN_TOPICS)}")
+        click.echo(markdown_table(topic))
         return
     for name in [topic] if topic else TOPICS:
         click.echo(f"# {name}")
-        for line in _LISTERS[name]():
+        for line in _lines(name):
             click.echo(line)
         click.echo("")
 
 
-def _keys():
-    from opt_train.config import keys
+def markdown_table(topic):
+    """The Markdown reference table of `topic` (docs/*.md paste it; tests/docs hold them equal)."""
+    if topic == "keys":
+        from opt_train.config import keys
 
-    yield from keys.lines()
-
-
-def _optimizers():
-    from opt_train.optimizers import table
-
-    for name, family, params in table.describe():
-        yield f"{name:<26} [{family}] {_params(params)}"
+        return keys.markdown()
+    return tables()[topic].markdown()
 
 
-def _lr_policies():
-    from opt_train.lr_policies.registry import POLICY_PARAMS, WARMUP_PARAMS
-    from opt_train.lr_policies.registry import FUNCTION_NAMES
+def _lines(topic):
+    if topic == "keys":
+        from opt_train.config import keys
 
-    for name, specs in POLICY_PARAMS.items():
-        known_as = f" ({FUNCTION_NAMES[name]})" if name in FUNCTION_NAMES else ""
-        yield f"{name:<12}{known_as} {_params(_defaults(specs))}"
-    yield f"{'warmup':<12} (wraps any policy) {_params(_defaults(WARMUP_PARAMS))}"
+        yield from keys.lines()
+    elif topic == "optimizers":
+        from opt_train.optimizers import table
+
+        for name, family, params in table.describe():
+            yield f"{name:<26} [{family}] {describe_params(params)}"
+    elif topic == "summaries":
+        from opt_train.optimizers.names import OPTIMIZER_SUMMARIES
+
+        yield "summaries: [" + ", ".join(OPTIMIZER_SUMMARIES) + "]"
+    else:
+        yield from _table_lines(topic)
 
 
-def _models():
-    from opt_train.models.registry import KERAS_APPLICATIONS, MODEL_SPECS, MODEL_SUMMARIES
+def _table_lines(topic):
+    """Each row of a registry: its name (and aliases), summary, and its parameters with defaults; then the
+    forms a config may give beside the rows."""
+    table = tables()[topic]
+    width = max(12, *(len(name) + 1 for name in table.rows))
+    for name, row in table.rows.items():
+        known_as = f" ({', '.join(row.aliases)})" if row.aliases else ""
+        yield f"{name:<{width}}{known_as} {row.summary}"
+        yield f"{'':<{width}} {describe_params(row.defaults())}"
+    yield from _BESIDE.get(topic, lambda: ())()
 
-    for name, specs in MODEL_SPECS.items():
-        yield f"{name:<12} {MODEL_SUMMARIES.get(name, '')}\n{'':<12} {_params(_defaults(specs))}"
+
+def _beside_lr_policies():
+    from opt_train.lr_policies.registry import WARMUP_PARAMS
+    from opt_train.params import defaults
+
+    warmup = {key: "required" if value is REQUIRED else value for key, value in defaults(WARMUP_PARAMS).items()}
+    yield f"{'warmup':<12} (wraps any policy) {describe_params(warmup)}"
+
+
+def _beside_models():
+    from opt_train.models.registry import KERAS_APPLICATIONS
+
     yield f"{'{factory: package.module:function}':<12} your own Keras model"
     yield "{keras_application: Name}   a keras.applications architecture (model_params.weights: null, " \
-        "imagenet or a file): " + ", ".join(
-        KERAS_APPLICATIONS)
+        "imagenet or a file): " + ", ".join(KERAS_APPLICATIONS)
     yield "{path: my_model.keras}      a model saved with Keras (model_params: safe_mode: true)"
 
 
-def _datasets():
-    from opt_train.data.registry import DATASET_SPECS
-
-    for name, specs in DATASET_SPECS.items():
-        yield f"{name:<26} {_params(_defaults(specs))}"
+def _beside_datasets():
+    yield "{factory: package.module:function}   your own tf.data pipeline (data_params: task, num_classes, ...)"
 
 
-def _summaries():
-    from opt_train.optimizers.names import OPTIMIZER_SUMMARIES
-
-    yield "summaries: [" + ", ".join(OPTIMIZER_SUMMARIES) + "]"
+def _beside_transforms():
+    yield "{factory: package.module:function, params: {...}, after: STAGE}   your own transform"
 
 
-def _loss_scalers():
-    from opt_train.optimizers.names import LOSS_SCALER_PARAMS
-
+def _beside_loss_scalers():
     yield "loss_scaling: <number>   (a static scale)"
-    for name, specs in LOSS_SCALER_PARAMS.items():
-        yield f"loss_scaling: {name:<10} {_params(_defaults(specs))}"
 
 
-def _defaults(specs):
-    """{param: default} from a `Param` table, "required" where the default is `REQUIRED`."""
-    return {key: "required" if spec.required else spec.default for key, spec in specs.items()}
-
-
-def _params(params):
-    if not params:
-        return "(no parameters)"
-    return ", ".join(f"{key}={value!r}" if value != "required" else f"{key} (required)" for key, value in params.items())
-
-
-_LISTERS = {
-    "keys": _keys,
-    "optimizers": _optimizers,
-    "lr_policies": _lr_policies,
-    "models": _models,
-    "datasets": _datasets,
-    "summaries": _summaries,
-    "loss_scalers": _loss_scalers,
+_BESIDE = {
+    "lr_policies": _beside_lr_policies,
+    "models": _beside_models,
+    "datasets": _beside_datasets,
+    "gradient_transforms": _beside_transforms,
+    "loss_scalers": _beside_loss_scalers,
 }

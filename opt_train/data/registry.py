@@ -274,7 +274,7 @@ DATASETS = Table("dataset", [
             "seed": _SEED,
         },
     ),
-], owner="{name}", required_by="for {name}", as_given=True)
+], owner="{name}", required_by="for {name}", as_given=True, columns=("summary", "task_kind", "parameters"))
 
 # Views of the table.
 DATASET_NAMES = tuple(DATASETS.rows)

@@ -99,7 +99,7 @@ MODELS = Table("model", [
         },
         cross=_heads_divide_width,
     ),
-], owner="{name}", required_by="for {name}", as_given=True)
+], owner="{name}", required_by="for {name}", as_given=True, columns=("summary", "tasks", "parameters"))
 
 # Views of the table.
 MODEL_NAMES = tuple(MODELS.rows)
