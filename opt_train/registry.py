@@ -181,7 +181,7 @@ TABLES = {
     "lr_policies": "opt_train.lr_policies.registry:POLICIES",
     "gradient_transforms": "opt_train.optimizers.user_transforms:TRANSFORMS",
     "loss_scalers": "opt_train.optimizers.names:LOSS_SCALER_NAMES",
-    "lr_controls": "opt_train.config.compat:LR_CONTROL_TABLE",
+    "lr_controls": "opt_train.config.controls:LR_CONTROL_TABLE",
     "samplers": "opt_train.config.sweep_block:SAMPLER_TABLE",
     "pruners": "opt_train.trial:PRUNERS",
 }

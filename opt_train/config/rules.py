@@ -74,7 +74,7 @@ def layouts(name, value):
 
 def unknown_key(name, known):
     """`unknown key; did you mean 'logdir'?` for a key that no schema has."""
-    from opt_train.config.compat import synonym
+    from opt_train.config.foreign import synonym
 
     error = UnknownNameError("config key", str(name), known, code="unknown_key")
     # Another tool's name for the key (`lr`) before the nearest spelling (`logdir`).

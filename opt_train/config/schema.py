@@ -19,7 +19,7 @@ import copy
 import dataclasses
 
 from opt_train import params as p
-from opt_train.config import compat, rules, sweep_block
+from opt_train.config import controls, foreign, rules, sweep_block
 from opt_train.config.issues import ConfigIssue, as_param_error, below, locate, parent_key
 from opt_train.config.rules import LarcParams
 from opt_train.distributed import names as distributed_names
@@ -233,15 +233,15 @@ class TrainConfig:
         "a fresh run starts from another model's weights: a checkpoint, `.keras` or `.weights.h5` file, "
         "`variables` mapping its paths to this model's ([Fine-tuning](fine-tuning.md#init_from))")
     initializer: str | None = key(
-        None, p.optional(p.one_of(*compat.KERAS_INITIALIZERS, kind="initializer", lower=True)),
+        None, p.optional(p.one_of(*foreign.KERAS_INITIALIZERS, kind="initializer", lower=True)),
         "Keras or TF1 initializer name, or null", "draws every kernel of the built-in models from it")
     initializer_params: dict = key({}, p.mapping, _MAPPING, "the initializer's arguments")
     lr_control: dict | None = key(
-        None, p.optional(compat.lr_control), "mapping or null",
+        None, p.optional(controls.lr_control), "mapping or null",
         "eval-driven learning rate: `mode` newbob, newbob_abs (RETURNN; on an error such as loss) or plateau "
         "(Keras' ReduceLROnPlateau; `monitor_mode` auto, min or max is its `mode`); needs `eval_steps` ([lr_control](openseq2seq-returnn.md#lr_control-eval-driven-learning-rate))")
     early_stopping: dict | None = key(
-        None, p.optional(compat.early_stopping), "mapping or null",
+        None, p.optional(controls.early_stopping), "mapping or null",
         "Keras' EarlyStopping: `monitor` (loss), `mode` (auto: max for accuracy-like metrics, as Keras; min, max), "
         "`patience` (0), `min_delta` (0); stops after an evaluation; needs `eval_steps`")
     restore_best_checkpoint: bool = key(

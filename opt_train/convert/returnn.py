@@ -508,7 +508,7 @@ def step_offset(node):
 
 def newbob(result, control, settings, partition=1):
     """`learning_rate_control = "newbob*"` and its parameters -> `lr_control`; a note for each that differs."""
-    from opt_train.config.compat import LR_CONTROLS
+    from opt_train.config.controls import LR_CONTROLS
 
     mode = NEWBOB_MODES[control]
     block = {"mode": mode}

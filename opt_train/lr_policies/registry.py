@@ -160,11 +160,6 @@ WARMUP_PARAMS = {
 }
 
 
-def check_values(policy, params):
-    """A policy's full parameter dict (every name present) checked against its rules, as given."""
-    return POLICIES.check(policy, params)
-
-
 def check_learning_rate(value):
     """The base learning rate as a float; it must be a number >= 0."""
     NON_NEGATIVE("learning_rate", value)
@@ -215,10 +210,10 @@ def check_params(name, params, *, max_steps=None, steps_per_epoch=None):
     filled = fill_openseq2seq_defaults(policy, params, max_steps, steps_per_epoch)
     if "decay_steps" in specs and "decay_steps" not in filled:
         # Deferred until max_steps is known: check the rest with a stand-in.
-        complete = check_values(policy, {**filled, "decay_steps": 1})
+        complete = POLICIES.check(policy, {**filled, "decay_steps": 1})
         del complete["decay_steps"]
         return complete
-    return check_values(policy, filled)
+    return POLICIES.check(policy, filled)
 
 
 def _check_run_length(max_steps, steps_per_epoch):

@@ -18,7 +18,7 @@ import math
 import keras
 import tensorflow as tf
 
-from opt_train.lr_policies.registry import check_learning_rate, check_values, check_warmup
+from opt_train.lr_policies.registry import POLICIES, check_learning_rate, check_warmup
 
 _FLOAT = tf.float32
 
@@ -50,7 +50,7 @@ class PolicySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, learning_rate, **params):
         self.learning_rate = check_learning_rate(learning_rate)
-        self.params = check_values(self.policy, params)
+        self.params = POLICIES.check(self.policy, params)
 
     def __call__(self, step):
         with tf.name_scope(f"{self.policy}_lr"):

@@ -178,7 +178,7 @@ RULE_MODULES = [
     "optimizers/freezing.py", "optimizers/grouping.py",
     "lr_policies/registry.py", "lr_policies/factory.py",
     "data/registry.py", "models/registry.py",
-    "config/rules.py", "config/validate.py", "config/schema.py",
+    "config/rules.py", "config/validate.py", "config/schema.py", "config/controls.py", "config/foreign.py",
 ]
 
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from opt_train.config import ConfigError, load_config
-from opt_train.config.compat import lr_control
+from opt_train.config.controls import lr_control
 from opt_train.distributed import get_backend
 from opt_train.lr_policies import get_lr_policy
 from opt_train.training.controls import LearningRateControl, ScaledSchedule
@@ -122,7 +122,7 @@ def test_a_resumed_run_continues_the_control_exactly(tmp_path):
 
 @pytest.mark.parametrize("params", [{"patience": 0}, {"patience": 2}, {"patience": 1, "min_delta": 0.02}])
 def test_early_stopping_is_keras_early_stopping(params):
-    from opt_train.config.compat import early_stopping
+    from opt_train.config.controls import early_stopping
     from opt_train.training.controls import EarlyStopping
 
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
@@ -203,7 +203,7 @@ DIRECTION_CASES = [
 
 @pytest.mark.parametrize("monitor,scores,params", DIRECTION_CASES)
 def test_early_stopping_knows_the_direction_as_keras(monitor, scores, params):
-    from opt_train.config.compat import early_stopping
+    from opt_train.config.controls import early_stopping
     from opt_train.training.controls import EarlyStopping
 
     model = keras_model_with_accuracy()
