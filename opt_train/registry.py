@@ -108,11 +108,10 @@ class Table(Registry):
         owner = self.owner(row.name)
         filled, errors = p.param_errors(
             row.params, params, owner, required_by=self._required_by.format(kind=self.kind, name=row.name),
-            key_kind=f"{owner} parameter",
         )
         if self.as_given and not errors:
             given = params or {}
-            filled = {name: given[name] if name in given else filled[name] for name in row.params}
+            filled = {param: given[param] if param in given else filled[param] for param in row.params}
         if not errors and row.cross is not None:
             try:
                 row.cross(filled)

@@ -110,3 +110,21 @@ def test_list_shows_every_registrys_rows_without_tensorflow():
         lines = shown[kind].splitlines()
         for name, row in table.rows.items():
             assert any(line.startswith(f"{name} ") and row.summary in line for line in lines), (kind, name)
+
+
+def _optimizer_rows():
+    from opt_train.optimizers.table import OPTIMIZERS
+
+    return OPTIMIZERS.rows
+
+
+@pytest.mark.parametrize("name", list(_optimizer_rows()))
+def test_an_optimizer_row_is_a_registry_row_whose_code_imports_and_defaults_pass(name):
+    # The optimizer table (`optimizers/table.py`) has its own completeness tests (tests/optimizers/test_table.py)
+    # and no summaries: the docs' optimizer pages describe each.
+    row = _optimizer_rows()[name]
+    assert isinstance(row, Row)
+    assert callable(registry.load(row.code))
+    for param, spec in row.params.items():
+        if spec.default is not REQUIRED:
+            spec.rule(param, spec.default)

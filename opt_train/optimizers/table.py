@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param
-from opt_train.suggest import Registry, normalize
+from opt_train import registry
+from opt_train.suggest import normalize
 
 PACKAGE = "opt_train.optimizers"
 
@@ -48,9 +49,9 @@ class Slot:
 SLOT_SHAPES = ("variable", "scalar", "rows", "columns")
 
 
-@dataclass(frozen=True)
-class Row:
-    """One optimizer: its display name, family, class location and own constructor parameters.
+@dataclass(frozen=True, kw_only=True)
+class Row(registry.Row):
+    """One optimizer: its display name, family, class location and own constructor parameters (a `registry.Row`).
 
     `location` is "module:Class" relative to `opt_train.optimizers`. A Keras built-in
     (family "keras") also names the Keras class it wraps (`keras_class`, an attribute of
@@ -61,13 +62,13 @@ class Row:
     and `scalars` how many float32 scalars it keeps beside Keras' `iterations` (TF1 Adam's
     beta powers, Nadam's `u_product`): the memory plan and the mesh layouts read them.
     `mesh` says why the class cannot update variables laid out on a DTensor mesh (None: it
-    can), unless its parameter `mesh_unless` is true (`mesh_refusal` reads both).
+    can), unless its parameter `mesh_unless` is true (`mesh_refusal` reads both). `code` is
+    `location` made absolute; `summary` is empty: the docs' optimizer pages describe each.
     """
 
-    name: str
+    summary: str = ""
     family: str
     location: str
-    params: dict
     keras_class: str | None = None
     slots: dict = field(default_factory=dict)
     state: tuple = ()
@@ -77,6 +78,7 @@ class Row:
 
     def __post_init__(self):
         assert all(slot.shape in SLOT_SHAPES for slot in self.state), self.name
+        object.__setattr__(self, "code", f"{PACKAGE}.{self.location}")
 
 
 # ----- the columns' shared parts -----
@@ -208,8 +210,8 @@ def own(name, family, location, params, state=(), scalars=0, mesh=None, mesh_unl
 
     `state`: the names of its per-variable slots (or `Slot`s where one is not simply the variable's shape).
     """
-    return Row(name, family, location, {**params, "use_locking": USE_LOCKING}, state=_slots(state), scalars=scalars,
-               mesh=mesh, mesh_unless=mesh_unless)
+    return Row(name=name, family=family, location=location, params={**params, "use_locking": USE_LOCKING},
+               state=_slots(state), scalars=scalars, mesh=mesh, mesh_unless=mesh_unless)
 
 
 def _fused_only(name, kernel, keras_twin, unless=""):
@@ -223,8 +225,9 @@ def keras_builtin(name, keras_class, slots, params, state=None, scalars=0):
 
     `state` defaults to one variable-shaped slot per entry of `slots`.
     """
-    return Row(name, "keras", f"keras_family:{name}", dict(params), keras_class=keras_class, slots=dict(slots),
-               state=_slots(slots if state is None else state), scalars=scalars)
+    return Row(name=name, family="keras", location=f"keras_family:{name}", params=dict(params),
+               keras_class=keras_class, slots=dict(slots), state=_slots(slots if state is None else state),
+               scalars=scalars)
 
 
 def _slots(names):
@@ -403,7 +406,7 @@ assert {row.family for row in ROWS} <= set(FAMILY_NAMES)
 OPTIMIZER_NAMES = tuple(row.name for family in FAMILY_NAMES for row in ROWS if row.family == family)
 # display name -> {parameter: Param}: the class's own constructor arguments.
 OPTIMIZER_PARAMS = {name: TABLE[name].params for name in OPTIMIZER_NAMES}
-OPTIMIZERS = Registry("optimizer", OPTIMIZER_NAMES)
+OPTIMIZERS = registry.Table("optimizer", [TABLE[name] for name in OPTIMIZER_NAMES])
 
 # Names TF1 / RETURNN users know that are not optimizers here, and what replaces them.
 REPLACED = {
