@@ -58,3 +58,9 @@ def test_variable_paths_and_shapes_are_the_built_keras_models(case):
     built = [(weight.path, tuple(weight.shape)) for weight in model.weights]
     assert variable_shapes(name, params, task) == built
     assert weight_count(name, params, task) == model.count_params()
+
+
+def test_every_built_in_model_has_a_case_holding_its_sizes_to_keras():
+    from opt_train.models.registry import MODEL_NAMES
+
+    assert {name for name, _, _ in SHAPE_CASES.values()} == set(MODEL_NAMES)
