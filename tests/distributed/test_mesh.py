@@ -63,6 +63,21 @@ CASES = {
                       "loss_scaling_params": {"scale_max": 2.0**30, "step_window": 1000}, "max_steps": 6,
                       "save_checkpoint_steps": 6},
 }
+# Each on the 2x2 mesh only (`ON_2X2`): what a mesh adds to these is the 2x2 case's.
+ON_2X2 = {
+    # Two optimizer groups, each optimizer's state laid out on the mesh: the biases with Momentum at
+    # 5x the rate, the output kernel with Adam at half of it, the other kernel with the top-level Adam.
+    "groups": {**ADAM, "optimizer_groups": [
+        {"variables": "bias", "optimizer": "Momentum", "optimizer_params": {"momentum": 0.9}, "lr_multiplier": 5.0},
+        {"variables": "logits/kernel", "lr_multiplier": 0.5}]},
+    # The reference compiles its step with XLA; the mesh runs it without (a note says so).
+    "jit": {**ADAM, "jit_compile": True},
+    # The moving average, written over the weights every 2 updates (so the weights compared are averages).
+    "ema": {**ADAM, "optimizer_params": {"learning_rate": 0.01, "use_ema": True, "ema_overwrite_frequency": 2}},
+    # The factored rows and columns laid out as their kernel's dimensions ([null, model]: the columns on model).
+    "adafactor": {"optimizer": "Adafactor", "optimizer_params": {"learning_rate": 0.1}},
+}
+CASES.update(ON_2X2)
 TRANSFORMER = {
     **BASE,
     "model": "transformer",
@@ -84,7 +99,8 @@ TRANSFORMER_LAYOUTS = {
 }
 FAST = [("adam", "2x2")]
 BATCH_NORM_MODEL = {"factory": "tests.distributed.batch_norm_model:build"}
-SLOW = [(case, mesh) for case in CASES for mesh in MESHES if (case, mesh) not in FAST]
+SLOW = [(case, mesh) for case in CASES for mesh in MESHES
+        if (case, mesh) not in FAST and (case not in ON_2X2 or mesh == "2x2")]
 
 
 def write(tmp, name, config):
@@ -179,6 +195,10 @@ SHARDS = {
     # Fully sharded, with EMA copies and iter_size accumulators, which the plan counts as state.
     "ema-fsdp": {**mesh_config("adam", "fsdp"), "iter_size": 2,
                  "optimizer_params": {"learning_rate": 0.01, "use_ema": True}},
+    # Each group's optimizer with its own slots and scalars, beside the groups' counter.
+    "groups-2x2": mesh_config("groups", "2x2"),
+    # Adafactor's factored columns of the kernels sharded on model, its rows replicated.
+    "adafactor-2x2": mesh_config("adafactor", "2x2"),
 }
 
 
@@ -253,7 +273,8 @@ def slow(tmp_path_factory):
     # BatchNormalization: DTensor takes the moments over the whole (split) batch, as one process does.
     extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "batch_norm-2x2", {
         **mesh_config("momentum", "2x2"), "model": BATCH_NORM_MODEL, "model_params": {}})]})
-    matrix(tmp, SLOW, extra)
+    _, stdout = matrix(tmp, SLOW, extra)
+    (tmp / "runner-stdout.txt").write_text(stdout)
     train_here(write(tmp, "batch_norm-reference", {**reference_config("momentum"), "model": BATCH_NORM_MODEL,
                                                    "model_params": {}}))
     train_here(write(tmp, "transformer-reference", {**TRANSFORMER, "batch_size_per_gpu": 32}))
@@ -266,6 +287,12 @@ def slow(tmp_path_factory):
 @pytest.mark.parametrize(("case", "mesh"), SLOW)
 def test_each_optimizer_and_stage_on_each_mesh_equals_one_process(slow, case, mesh):
     assert_equal_runs(slow / f"{case}-{mesh}", slow / f"{case}-reference")
+
+
+@pytest.mark.slow
+def test_jit_compile_on_a_mesh_of_cpu_devices_says_it_runs_without_xla(slow):
+    assert "jit_compile: on a mesh of CPU devices DTensor runs the step itself, without XLA" in (
+        slow / "runner-stdout.txt").read_text()
 
 
 @pytest.mark.slow
