@@ -379,6 +379,23 @@ def test_get_with_mesh_lays_slots_out_as_their_variables(one_device):
         assert layout == expected, variable.path
 
 
+def test_dtensor_runs_a_jit_compiled_function_without_xla(one_device):
+    """What the jit_compile note says: an out-of-range gather, which XLA clamps, fails as TensorFlow's own op."""
+    import tensorflow as tf
+    from tensorflow.experimental import dtensor
+
+    backend, _ = one_device
+    plain = tf.Variable([1.0, 2.0, 3.0, 4.0])
+    laid_out = dtensor.DVariable(backend.place_replicated(tf.constant([1.0, 2.0, 3.0, 4.0])))
+
+    def gather(variable):
+        return tf.function(lambda index: tf.gather(variable.read_value(), index), jit_compile=True)
+
+    assert gather(plain)(tf.constant([10])).numpy().shape == (1,)  # XLA: no bounds error
+    with pytest.raises(tf.errors.InvalidArgumentError, match="indices"):
+        backend.read(gather(laid_out)(backend.place_replicated(tf.constant([10]))))
+
+
 def test_rmsprop_without_centered_is_refused_on_a_mesh(one_device):
     from opt_train import optimizers
     from opt_train.errors import ParamError
