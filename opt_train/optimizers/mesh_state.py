@@ -129,7 +129,9 @@ def mesh_aware(optimizer, mesh):
 
     Call before `build` (the iteration counter and learning rate, created with the
     optimizer, are replaced by replicated DVariables here when they are plain). Returns
-    the optimizer. Its model variables must be DVariables on `mesh` already.
+    the optimizer. Its model variables must be DVariables on `mesh` already. An
+    `OptimizerGroups` (made in the mesh's scope, so its counter is a DVariable) has each
+    group's optimizer made mesh-aware.
     """
     if getattr(optimizer, "_opt_train_mesh", None) is not None:
         return optimizer

@@ -33,8 +33,8 @@ class Slot:
     as the variable), "scalar" (shape (), replicated), or Adafactor's factored pair "rows"
     (the shape without its last dimension) and "columns" (without its second-to-last); a
     factored slot of a variable of rank < 2 is a scalar placeholder (`slot_dimensions`). Under a
-    mesh a slot is sharded as the dimensions of its variable it keeps; a scalar is replicated. `when` names what
-    the slot needs to exist: a constructor parameter that must be true / non-zero
+    mesh a slot is sharded as the dimensions of its variable it keeps; a scalar is replicated.
+    `when` names what the slot needs to exist: a constructor parameter that must be true / non-zero
     ("amsgrad", "momentum"), or "adam_variable" (Muon: the variables it trains with AdamW).
     `dtype` is the slot's own dtype when it is not its variable's ("float32", "int32").
     """

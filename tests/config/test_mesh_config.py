@@ -138,8 +138,8 @@ def test_a_groups_optimizer_that_cannot_run_on_a_mesh_is_refused_at_the_group(tm
     assert "optimizer_groups[1].optimizer:" in result.output and "RMSProp cannot run on a mesh" in result.output
     assert "Traceback" not in result.output
     # Groups whose optimizers can run there validate, the memory plan counting each group's state.
-    result = run_cli("validate", "--config", write(tmp_path, MESH + groups.replace("RMSProp", "Momentum")
-                                                   .replace("Momentum}", "Momentum, optimizer_params: {momentum: 0.9}}")))
+    momentum = groups.replace("RMSProp}", "Momentum, optimizer_params: {momentum: 0.9}}")
+    result = run_cli("validate", "--config", write(tmp_path, MESH + momentum))
     assert result.exit_code == 0, result.output
 
 

@@ -88,12 +88,17 @@ TRANSFORMER = {
     # noise, which Adam's normalization turns into full steps, different on each side.
     **MOMENTUM,
 }
-# The embedding's width and the feed-forward block on `model` (Megatron's split: the first kernel
-# by columns, the second by rows). Attention heads on `model` ([None, model, None] on the query,
-# key and value kernels) fail in TF 2.21's SPMD expansion of the gradient's reduction over the batch
-# (reduce_spmd_expander: "EmitAllScatter ... not more sharded"), loudly.
+# The embedding's width, the attention and the feed-forward block on `model` (Megatron's split: the
+# first kernel by columns, the second by rows). The attention is split within each head (the query,
+# key and value kernels [d_model, heads, head_dim] on head_dim, the output projection's [heads,
+# head_dim, d_model] likewise): split by heads ([None, model, None]) it fails loudly in TF 2.21's
+# SPMD expansion, since the einsum gradient computes each kernel's gradient as [d_model, heads *
+# head_dim], a shape that cannot carry a split of its major part, and the reduction over the batch
+# cannot gather (reduce_spmd_expander: "EmitAllScatter ... not more sharded").
 TRANSFORMER_LAYOUTS = {
     "embedding": [None, "model"],
+    "(query|key|value)/kernel": [None, None, "model"],
+    "attention_output/kernel": [None, "model", None],
     "ff_in/kernel": [None, "model"],
     "ff_out/kernel": ["model", None],
 }
@@ -254,7 +259,7 @@ def test_kernels_sharded_on_a_model_axis_of_2_halve_their_bytes(fast):
 def slow(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mesh-slow")
     extra = []
-    # The transformer with its embedding, attention heads and feed-forward kernels on `model`.
+    # The transformer with its embedding, attention and feed-forward kernels on `model`.
     transformer = {**TRANSFORMER, "mesh": MESHES["2x2"][0], "layouts": TRANSFORMER_LAYOUTS,
                    "batch_size_per_gpu": 16}
     extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "transformer-2x2", transformer)]})
@@ -308,7 +313,7 @@ def test_batch_normalization_on_a_mesh_normalizes_the_global_batch_as_one_proces
 
 
 @pytest.mark.slow
-def test_the_transformer_with_its_embedding_sharded_equals_one_process(slow):
+def test_the_transformer_with_its_embedding_attention_and_feed_forward_sharded_equals_one_process(slow):
     assert_equal_runs(slow / "transformer-2x2", slow / "transformer-reference")
 
 
