@@ -12,6 +12,7 @@ from __future__ import annotations
 from opt_train.config.issues import ConfigError
 from opt_train.distributed.mesh_layout import plan_memory, variable_dtype
 from opt_train.errors import ParamError
+from opt_train.optimizers import grouping
 
 UNKNOWN = "memory per device: unknown until built ({why}); `train` prints it once the model is built"
 WITHOUT_MESH = "memory per device without the mesh:"
@@ -64,6 +65,7 @@ def plan(config, variables, *, mesh=True):
         # As training.builder.learning_rate_schedule decides: a constant rate stays a float, a variable.
         rate_variable=config.lr_policy in (None, "fixed") and not config.warmup and config.lr_control is None,
         freeze_variables_regex=config.freeze_variables_regex,
+        optimizer_groups=grouping.check_groups(config.optimizer_groups)[0],
     )
 
 

@@ -278,12 +278,19 @@ def user_code(values, locations):
 
 
 def mesh_groups(values):
-    """Optimizer groups are not laid out on a mesh yet: each group's optimizer builds its own state, and the
-    mesh makes one optimizer's state DVariables (`optimizers.mesh_state.mesh_aware`)."""
-    if values["mesh"] and values["optimizer_groups"]:
-        raise ParamError.at("optimizer_groups", "conflict",
-                            "cannot be combined with mesh yet (the groups' optimizer state would not be laid out on "
-                            "the mesh): remove `mesh` or `optimizer_groups`", len(values["optimizer_groups"]))
+    """A group's optimizer runs on a mesh as the top-level one does: one that cannot is refused at the group's key."""
+    from opt_train.optimizers import grouping
+
+    if not values["mesh"]:
+        return
+    groups, _ = grouping.check_groups(values["optimizer_groups"])  # their own errors are optimizer_group_params'
+    for index, group in enumerate(groups):
+        if group["optimizer"] is None:
+            continue  # the top-level optimizer, judged at `optimizer`
+        name, params = grouping.settings(group, values["optimizer"], values["optimizer_params"])
+        refusal = optimizer_table.mesh_refusal(name, params)
+        if refusal:
+            raise ParamError.at(f"{grouping.KEY}[{index}].optimizer", "conflict", refusal, name)
 
 
 PLACEMENT_FIELDS = ("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer",
@@ -308,7 +315,7 @@ CROSS_RULES = (
     (("init_from", "load_model"), "init_from", warm_start_sources),
     (("init_from", "logdir"), "init_from", warm_start_source),
     (PLACEMENT_FIELDS, "mesh", mesh_placement),
-    (("mesh", "optimizer_groups"), "optimizer_groups", mesh_groups),
+    (("mesh", "optimizer", "optimizer_params", "optimizer_groups"), "optimizer_groups", mesh_groups),
 )
 
 

@@ -194,24 +194,17 @@ def format_bytes(count):
     return f"{int(count)} B"
 
 
-def _slot_shape(kind, shape):
-    if kind == "variable":
-        return shape
-    if kind == "scalar" or len(shape) < 2:  # Adafactor's placeholder for a variable it does not factor
-        return ()
-    return shape[:-1] if kind == "rows" else shape[:-2] + shape[-1:]
-
-
 def slot_layout(kind, shape, spec):
     """The layout of a slot of `kind` (a table `Slot.shape`) for a variable of `shape` laid out as `spec`.
 
-    A slot shaped like its variable takes the variable's layout. Every other slot (a scalar
-    such as NovoGrad's per-variable norm, Adafactor's factored rows and columns) is
-    replicated, as the DTensor backend creates it: each device holds all of it.
+    A slot shaped like its variable takes the variable's layout; Adafactor's factored rows and columns
+    keep the layout of the dimensions they keep (`table.slot_dimensions`), as the DTensor backend lays
+    them out (`optimizers.mesh_state`); a scalar (NovoGrad's per-variable norm) is replicated.
     """
-    if kind == "variable":
-        return tuple(spec)
-    return (None,) * len(_slot_shape(kind, tuple(shape)))
+    from opt_train.optimizers.table import slot_dimensions
+
+    assert len(shape) == len(spec), (shape, spec)
+    return slot_dimensions(kind, spec)
 
 
 def _muon_uses_adam(path, shape, params):
@@ -289,7 +282,7 @@ def _row_of(optimizer):
 
 
 def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32", iter_size=1, ema=False,
-                mesh=None, layouts=None, rate_variable=True, freeze_variables_regex=None):
+                mesh=None, layouts=None, rate_variable=True, freeze_variables_regex=None, optimizer_groups=()):
     """The `MemoryPlan` of a model's `variables` trained by `optimizer` on `mesh` with `layouts`.
 
     Args:
@@ -307,12 +300,23 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
         rate_variable: whether the optimizer holds its learning rate as a variable (a float rate
             does, a schedule does not).
         freeze_variables_regex: variables it matches get no optimizer state (`optimizers.freezing`'s rule).
+        optimizer_groups: the config's `optimizer_groups`, checked (`grouping.check_groups`): a variable a
+            group takes gets the state of the group's optimizer (`grouping.settings`), and each group's
+            optimizer its own scalars, beside the groups' shared update counter.
     """
+    from opt_train.optimizers import grouping
+    from opt_train.optimizers.table import slot_dimensions
+
     params = dict(optimizer_params or {})
     mesh = dict(mesh or {})
     layouts = dict(layouts or {})
-    row = _row_of(optimizer)
     ema = bool(ema or params.get("use_ema"))
+    # (row, params) per optimizer: each group's, then the top-level one (which takes the rest).
+    optimizers = [(_row_of(name), group_params)
+                  for name, group_params in (grouping.settings(group, optimizer, params) for group in optimizer_groups)]
+    optimizers.append((_row_of(optimizer), params))
+    owner = [len(optimizer_groups) if index is None else index
+             for index in grouping.owners([entry[0] for entry in variables], optimizer_groups)]
     masters = dtype in MASTER_DTYPES
     frozen = set()
     if freeze_variables_regex:
@@ -321,7 +325,8 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
         frozen = {item.path for item in split_frozen([_Named(entry[0]) for entry in variables],
                                                      freeze_variables_regex)[1]}
     planned = []
-    for entry in variables:
+    for entry, index in zip(variables, owner):
+        row, params = optimizers[index]
         path, shape, dtype_name = entry[0], tuple(int(size) for size in entry[1]), entry[2]
         trainable = (entry[3] if len(entry) > 3 else True) and path not in frozen
         spec = layout_of(path, shape, layouts, mesh)
@@ -336,7 +341,7 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
             for slot in row.state if row is not None else ():
                 if not slot_exists(slot, row, params, path, shape):
                     continue
-                slot_shape = _slot_shape(slot.shape, shape)
+                slot_shape = slot_dimensions(slot.shape, shape)
                 slot_spec = slot_layout(slot.shape, shape, spec)
                 slot_dtype = slot.dtype or ("int32" if slot_shape == () and slot.shape in ("rows", "columns")
                                             else target)
@@ -346,13 +351,16 @@ def plan_memory(variables, *, optimizer, optimizer_params=None, dtype="float32",
             if iter_size > 1:
                 state += local * itemsize("float32")
         planned.append(VariablePlan(path, shape, spec, weights, state))
-    own = (row.scalars if row is not None else 0) + (1 if rate_variable else 0)
-    scalars = _ITERATIONS_BYTES + own * itemsize("float32")
+    # Each optimizer's `iterations` and own scalars; with groups also the groups' counter of updates.
+    scalars = _ITERATIONS_BYTES if optimizer_groups else 0
+    for row, _ in optimizers:
+        own = (row.scalars if row is not None else 0) + (1 if rate_variable else 0)
+        scalars += _ITERATIONS_BYTES + own * itemsize("float32")
     return MemoryPlan(
         weights=sum(item.weights for item in planned),
         optimizer_state=sum(item.state for item in planned) + scalars,
         variables=tuple(planned),
         scalars=scalars,
         devices=mesh_devices(mesh),
-        state_known=row is not None,
+        state_known=all(row is not None for row, _ in optimizers),
     )

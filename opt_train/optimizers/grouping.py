@@ -154,9 +154,7 @@ def assign(paths, groups, frozen_paths=()):
     or only variables an earlier group took.
     """
     patterns = [re.compile(group["variables"]) for group in groups]
-    taken = []
-    for path in paths:
-        taken.append(next((i for i, pattern in enumerate(patterns) if pattern.search(path)), None))
+    taken = owners(paths, groups)
     for index, pattern in enumerate(patterns):
         if index in taken:
             continue
@@ -174,6 +172,12 @@ def assign(paths, groups, frozen_paths=()):
             message = f"matches no trainable variable (their paths: {_few(paths)})"
         raise ParamError.at(here, "out_of_range", message, groups[index]["variables"])
     return taken
+
+
+def owners(paths, groups):
+    """The group index each path goes to (None: the top-level optimizer), first match wins; nothing refused."""
+    patterns = [re.compile(group["variables"]) for group in groups]
+    return [next((i for i, pattern in enumerate(patterns) if pattern.search(path)), None) for path in paths]
 
 
 def _few(paths, shown=4):

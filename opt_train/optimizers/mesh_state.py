@@ -5,8 +5,9 @@ creator (`on_mesh(mesh)`) turns every `tf.Variable` created inside it into a
 `DVariable`. Its layout is the layout of the model variable it belongs to
 (`belongs_to(variable)`, set around the creation of a slot, a float32 master, an
 accumulator, an EMA copy) when the shapes agree, and replicated otherwise: scalars
-(iterations, the learning rate, the loss scale, counters) and state of another shape
-(Adafactor's factored moments, NovoGrad's per-variable norms) are whole on every device.
+(iterations, the learning rate, the loss scale, counters, NovoGrad's per-variable norms)
+are whole on every device. Adafactor's factored rows and columns, created without a
+reference, are laid out after the build as the dimensions of their variable they keep.
 
 Why every variable must be a DVariable: a plain `tf.Variable` updated inside a DTensor
 step runs its update once per device of the mesh, racily, without an error
@@ -128,9 +129,19 @@ def mesh_aware(optimizer, mesh):
 
     Call before `build` (the iteration counter and learning rate, created with the
     optimizer, are replaced by replicated DVariables here when they are plain). Returns
-    the optimizer. Its model variables must be DVariables on `mesh` already.
+    the optimizer. Its model variables must be DVariables on `mesh` already. An
+    `OptimizerGroups` (made in the mesh's scope, so its counter is a DVariable) has each
+    group's optimizer made mesh-aware.
     """
     if getattr(optimizer, "_opt_train_mesh", None) is not None:
+        return optimizer
+    members = getattr(optimizer, "optimizers", None)
+    if isinstance(members, list):  # OptimizerGroups: each group's optimizer keeps its own state
+        for member in members:
+            mesh_aware(member, mesh)
+        if not is_dvariable(optimizer.iterations):
+            raise TypeError("OptimizerGroups must be made inside the mesh's scope (its counter on the mesh)")
+        optimizer._opt_train_mesh = mesh
         return optimizer
     refusal = mesh_refusal(optimizer)
     if refusal:
@@ -150,13 +161,35 @@ def mesh_aware(optimizer, mesh):
 
     def build_on_mesh(variables):
         with on_mesh(mesh):
-            return build(variables)
+            built = build(variables)
+        _lay_out_factored(keras_optimizer, mesh)
+        return built
 
     optimizer.build = build_on_mesh
     for variable in list(getattr(keras_optimizer, "variables", ())):
         to_dvariable(variable, replicated(mesh, len(variable.shape)))
     optimizer._opt_train_mesh = mesh
     return optimizer
+
+
+def _lay_out_factored(optimizer, mesh):
+    """Lays out Adafactor's factored rows and columns as the dimensions of their variable they keep.
+
+    Keras creates them with `add_variable(shape=...)`, which names no reference, so they are made
+    replicated; the optimizer table says which lists hold them (`Slot` "rows" / "columns") and
+    `table.slot_dimensions` which of the variable's dimensions, and so which of its layout, each keeps.
+    """
+    from opt_train.optimizers.table import row_of_class, slot_dimensions
+
+    row = row_of_class(type(optimizer))
+    for slot in row.state if row is not None else ():
+        if slot.shape not in ("rows", "columns"):
+            continue
+        for variable, state in zip(optimizer._trainable_variables, getattr(optimizer, row.slots[slot.name])):
+            layout = layout_of_variable(variable)
+            if state is None or layout is None or len(variable.shape) < 2:
+                continue  # not factored: a scalar placeholder, or no state at all
+            to_dvariable(state, dtensor.Layout(list(slot_dimensions(slot.shape, layout.sharding_specs)), mesh))
 
 
 def to_dvariable(variable, layout):

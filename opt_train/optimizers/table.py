@@ -33,9 +33,9 @@ class Slot:
     `shape` says which shape it takes from its variable: "variable" (the same shape, laid out
     as the variable), "scalar" (shape (), replicated), or Adafactor's factored pair "rows"
     (the shape without its last dimension) and "columns" (without its second-to-last); a
-    factored slot of a variable of rank < 2 is a scalar placeholder. Under a mesh only a
-    "variable" slot is sharded (as its variable); the others are replicated. `when` names what
-    the slot needs to exist: a constructor parameter that must be true / non-zero
+    factored slot of a variable of rank < 2 is a scalar placeholder (`slot_dimensions`). Under a
+    mesh a slot is sharded as the dimensions of its variable it keeps; a scalar is replicated.
+    `when` names what the slot needs to exist: a constructor parameter that must be true / non-zero
     ("amsgrad", "momentum"), or "adam_variable" (Muon: the variables it trains with AdamW).
     `dtype` is the slot's own dtype when it is not its variable's ("float32", "int32").
     """
@@ -47,6 +47,21 @@ class Slot:
 
 
 SLOT_SHAPES = ("variable", "scalar", "rows", "columns")
+
+
+def slot_dimensions(kind, dimensions):
+    """The entries of a variable's `dimensions` (its shape, or its layout's spec) a slot of `kind` keeps.
+
+    "variable": all; "scalar": none; Adafactor's "rows" all but the last and "columns" all but the
+    second-to-last (a variable of rank < 2 is not factored: its slot is a scalar placeholder). One rule
+    for a slot's shape and its layout: a factored slot is sharded as the dimensions it keeps.
+    """
+    dimensions = tuple(dimensions)
+    if kind == "variable":
+        return dimensions
+    if kind == "scalar" or len(dimensions) < 2:
+        return ()
+    return dimensions[:-1] if kind == "rows" else dimensions[:-2] + dimensions[-1:]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -78,6 +78,7 @@ def build_run(config, backend, *, with_train_op=True):
     from opt_train.models.registry import weights_note
 
     notes = [weights_note(config.model, config.model_params), batch_norm_note(config, backend, model),
+             jit_note(config, backend),
              *(memory_notes(config, model) if with_train_op else ())]
     run = Run(config, backend, data, model, None, max_steps, updates_per_epoch, None,
               notes=tuple(filter(None, notes)))
@@ -137,6 +138,18 @@ def memory_notes(config, model):
         return ()
     lines = tuple(plan_lines(config, [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model.weights]))
     return () if isinstance(config.model, str) else lines
+
+
+def jit_note(config, backend):
+    """One line when `jit_compile` is not XLA's: DTensor runs a step on a mesh of CPU devices without XLA, else None.
+
+    A DTensor step traced with jit_compile=True on CPU devices raised TensorFlow's own error for an
+    out-of-range gather where XLA returns a clamped value: DTensor expands it and runs it itself.
+    """
+    if not config.jit_compile or backend.mesh is None or backend.mesh.device_type() != "CPU":
+        return None
+    return ("jit_compile: on a mesh of CPU devices DTensor runs the step itself, without XLA "
+            "(the numbers are the same as with it)")
 
 
 def batch_norm_note(config, backend, model):

@@ -115,8 +115,6 @@ def test_every_config_gets_one_memory_line_and_a_factory_model_waits_for_its_bui
     ("mesh: {batch: 0}\n", "mesh", "out_of_range", ">= 1"),
     (MESH + "optimizer: RMSProp\n", "optimizer", "conflict", "RMSProp cannot run on a mesh"),
     (MESH + "optimizer: Adadelta\n", "optimizer", "conflict", "KerasAdadelta"),
-    (MESH + "optimizer_groups:\n  - {variables: bias, lr_multiplier: 0.5}\n", "optimizer_groups", "conflict",
-     "cannot be combined with mesh yet"),
 ])
 def test_refusals_known_from_the_config_alone(tmp_path, text, key, code, words):
     path = write(tmp_path, text)
@@ -129,6 +127,20 @@ def test_refusals_known_from_the_config_alone(tmp_path, text, key, code, words):
     result = run_cli("validate", "--config", path)
     assert result.exit_code == 2
     assert f"{path}:{issue.line}: {key}:" in result.output and "Traceback" not in result.output
+
+
+def test_a_groups_optimizer_that_cannot_run_on_a_mesh_is_refused_at_the_group(tmp_path):
+    groups = ("optimizer_groups:\n  - {variables: bias, lr_multiplier: 0.5}\n"
+              "  - {variables: kernel, optimizer: RMSProp}\n")
+    path = write(tmp_path, MESH + groups)
+    result = run_cli("validate", "--config", path)
+    assert result.exit_code == 2
+    assert "optimizer_groups[1].optimizer:" in result.output and "RMSProp cannot run on a mesh" in result.output
+    assert "Traceback" not in result.output
+    # Groups whose optimizers can run there validate, the memory plan counting each group's state.
+    momentum = groups.replace("RMSProp}", "Momentum, optimizer_params: {momentum: 0.9}}")
+    result = run_cli("validate", "--config", write(tmp_path, MESH + momentum))
+    assert result.exit_code == 0, result.output
 
 
 def test_validate_np_refuses_a_mesh_as_the_workers_would(tmp_path):

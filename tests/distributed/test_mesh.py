@@ -63,6 +63,21 @@ CASES = {
                       "loss_scaling_params": {"scale_max": 2.0**30, "step_window": 1000}, "max_steps": 6,
                       "save_checkpoint_steps": 6},
 }
+# Each on the 2x2 mesh only (`ON_2X2`): what a mesh adds to these is the 2x2 case's.
+ON_2X2 = {
+    # Two optimizer groups, each optimizer's state laid out on the mesh: the biases with Momentum at
+    # 5x the rate, the output kernel with Adam at half of it, the other kernel with the top-level Adam.
+    "groups": {**ADAM, "optimizer_groups": [
+        {"variables": "bias", "optimizer": "Momentum", "optimizer_params": {"momentum": 0.9}, "lr_multiplier": 5.0},
+        {"variables": "logits/kernel", "lr_multiplier": 0.5}]},
+    # The reference compiles its step with XLA; the mesh runs it without (a note says so).
+    "jit": {**ADAM, "jit_compile": True},
+    # The moving average, written over the weights every 2 updates (so the weights compared are averages).
+    "ema": {**ADAM, "optimizer_params": {"learning_rate": 0.01, "use_ema": True, "ema_overwrite_frequency": 2}},
+    # The factored rows and columns laid out as their kernel's dimensions ([null, model]: the columns on model).
+    "adafactor": {"optimizer": "Adafactor", "optimizer_params": {"learning_rate": 0.1}},
+}
+CASES.update(ON_2X2)
 TRANSFORMER = {
     **BASE,
     "model": "transformer",
@@ -73,18 +88,24 @@ TRANSFORMER = {
     # noise, which Adam's normalization turns into full steps, different on each side.
     **MOMENTUM,
 }
-# The embedding's width and the feed-forward block on `model` (Megatron's split: the first kernel
-# by columns, the second by rows). Attention heads on `model` ([None, model, None] on the query,
-# key and value kernels) fail in TF 2.21's SPMD expansion of the gradient's reduction over the batch
-# (reduce_spmd_expander: "EmitAllScatter ... not more sharded"), loudly.
+# The embedding's width, the attention and the feed-forward block on `model` (Megatron's split: the
+# first kernel by columns, the second by rows). The attention is split within each head (the query,
+# key and value kernels [d_model, heads, head_dim] on head_dim, the output projection's [heads,
+# head_dim, d_model] likewise): split by heads ([None, model, None]) it fails loudly in TF 2.21's
+# SPMD expansion, since the einsum gradient computes each kernel's gradient as [d_model, heads *
+# head_dim], a shape that cannot carry a split of its major part, and the reduction over the batch
+# cannot gather (reduce_spmd_expander: "EmitAllScatter ... not more sharded").
 TRANSFORMER_LAYOUTS = {
     "embedding": [None, "model"],
+    "(query|key|value)/kernel": [None, None, "model"],
+    "attention_output/kernel": [None, "model", None],
     "ff_in/kernel": [None, "model"],
     "ff_out/kernel": ["model", None],
 }
 FAST = [("adam", "2x2")]
 BATCH_NORM_MODEL = {"factory": "tests.distributed.batch_norm_model:build"}
-SLOW = [(case, mesh) for case in CASES for mesh in MESHES if (case, mesh) not in FAST]
+SLOW = [(case, mesh) for case in CASES for mesh in MESHES
+        if (case, mesh) not in FAST and (case not in ON_2X2 or mesh == "2x2")]
 
 
 def write(tmp, name, config):
@@ -179,6 +200,10 @@ SHARDS = {
     # Fully sharded, with EMA copies and iter_size accumulators, which the plan counts as state.
     "ema-fsdp": {**mesh_config("adam", "fsdp"), "iter_size": 2,
                  "optimizer_params": {"learning_rate": 0.01, "use_ema": True}},
+    # Each group's optimizer with its own slots and scalars, beside the groups' counter.
+    "groups-2x2": mesh_config("groups", "2x2"),
+    # Adafactor's factored columns of the kernels sharded on model, its rows replicated.
+    "adafactor-2x2": mesh_config("adafactor", "2x2"),
 }
 
 
@@ -234,7 +259,7 @@ def test_kernels_sharded_on_a_model_axis_of_2_halve_their_bytes(fast):
 def slow(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mesh-slow")
     extra = []
-    # The transformer with its embedding, attention heads and feed-forward kernels on `model`.
+    # The transformer with its embedding, attention and feed-forward kernels on `model`.
     transformer = {**TRANSFORMER, "mesh": MESHES["2x2"][0], "layouts": TRANSFORMER_LAYOUTS,
                    "batch_size_per_gpu": 16}
     extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "transformer-2x2", transformer)]})
@@ -253,7 +278,8 @@ def slow(tmp_path_factory):
     # BatchNormalization: DTensor takes the moments over the whole (split) batch, as one process does.
     extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "batch_norm-2x2", {
         **mesh_config("momentum", "2x2"), "model": BATCH_NORM_MODEL, "model_params": {}})]})
-    matrix(tmp, SLOW, extra)
+    _, stdout = matrix(tmp, SLOW, extra)
+    (tmp / "runner-stdout.txt").write_text(stdout)
     train_here(write(tmp, "batch_norm-reference", {**reference_config("momentum"), "model": BATCH_NORM_MODEL,
                                                    "model_params": {}}))
     train_here(write(tmp, "transformer-reference", {**TRANSFORMER, "batch_size_per_gpu": 32}))
@@ -269,6 +295,12 @@ def test_each_optimizer_and_stage_on_each_mesh_equals_one_process(slow, case, me
 
 
 @pytest.mark.slow
+def test_jit_compile_on_a_mesh_of_cpu_devices_says_it_runs_without_xla(slow):
+    assert "jit_compile: on a mesh of CPU devices DTensor runs the step itself, without XLA" in (
+        slow / "runner-stdout.txt").read_text()
+
+
+@pytest.mark.slow
 def test_mixed_backoff_skips_the_same_updates(slow):
     _, skipped, _ = outcome(slow / "mixed_backoff-2x2")
     assert skipped[-1] > 0  # the case tests something: updates were skipped
@@ -281,7 +313,7 @@ def test_batch_normalization_on_a_mesh_normalizes_the_global_batch_as_one_proces
 
 
 @pytest.mark.slow
-def test_the_transformer_with_its_embedding_sharded_equals_one_process(slow):
+def test_the_transformer_with_its_embedding_attention_and_feed_forward_sharded_equals_one_process(slow):
     assert_equal_runs(slow / "transformer-2x2", slow / "transformer-reference")
 
 
@@ -350,6 +382,23 @@ def test_get_with_mesh_lays_slots_out_as_their_variables(one_device):
         assert layout is not None, variable.path  # a DVariable
         expected = layouts.get(tuple(variable.shape), dtensor.Layout.replicated(backend.mesh, len(variable.shape)))
         assert layout == expected, variable.path
+
+
+def test_dtensor_runs_a_jit_compiled_function_without_xla(one_device):
+    """What the jit_compile note says: an out-of-range gather, which XLA clamps, fails as TensorFlow's own op."""
+    import tensorflow as tf
+    from tensorflow.experimental import dtensor
+
+    backend, _ = one_device
+    plain = tf.Variable([1.0, 2.0, 3.0, 4.0])
+    laid_out = dtensor.DVariable(backend.place_replicated(tf.constant([1.0, 2.0, 3.0, 4.0])))
+
+    def gather(variable):
+        return tf.function(lambda index: tf.gather(variable.read_value(), index), jit_compile=True)
+
+    assert gather(plain)(tf.constant([10])).numpy().shape == (1,)  # XLA: no bounds error
+    with pytest.raises(tf.errors.InvalidArgumentError, match="indices"):
+        backend.read(gather(laid_out)(backend.place_replicated(tf.constant([10]))))
 
 
 def test_rmsprop_without_centered_is_refused_on_a_mesh(one_device):

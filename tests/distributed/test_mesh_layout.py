@@ -99,10 +99,35 @@ def test_bad_layouts_are_refused_before_any_shape_is_known(value, code):
     assert (caught.value.key, caught.value.code) == ("layouts", code)
 
 
-def test_a_variable_shaped_slot_takes_its_variables_layout_and_the_others_are_replicated():
+def test_a_slot_is_laid_out_as_the_dimensions_of_its_variable_it_keeps():
     assert slot_layout("variable", (8, 4), (None, "model")) == (None, "model")
-    assert slot_layout("rows", (8, 4), ("batch", "model")) == (None,)
+    # Adafactor's factors of a kernel [null, model]: the rows (8,) whole, the columns (4,) on model.
+    assert slot_layout("rows", (8, 4), (None, "model")) == (None,)
+    assert slot_layout("columns", (8, 4), (None, "model")) == ("model",)
+    assert slot_layout("rows", (2, 8, 4), ("batch", "model", None)) == ("batch", "model")
+    assert slot_layout("columns", (2, 8, 4), ("batch", "model", None)) == ("batch", None)
+    assert slot_layout("rows", (8,), ("model",)) == ()  # a bias is not factored: a scalar placeholder
     assert slot_layout("scalar", (8, 4), (None, "model")) == ()
+
+
+def test_adafactors_factored_columns_shrink_with_their_kernels_columns():
+    mesh, layouts = {"batch": 2, "model": 2}, {".*kernel": [None, "model"]}
+    kernels = [("dense_0/kernel", (64, 32), "float32"), ("logits/kernel", (32, 10), "float32")]
+    whole = plan_memory(kernels, optimizer="Adafactor", mesh=mesh, layouts={})
+    laid_out = plan_memory(kernels, optimizer="Adafactor", mesh=mesh, layouts=layouts)
+    # Per kernel the velocity halves (as the kernel) and the columns (32, 10) halve; the rows (64, 32) stay whole.
+    assert whole.optimizer_state - laid_out.optimizer_state == 4 * ((64 * 32 + 32 * 10) // 2 + (32 + 10) // 2)
+
+
+def test_a_variable_an_optimizer_group_takes_gets_the_state_of_the_groups_optimizer():
+    variables = [("dense/kernel", (8, 4), "float32"), ("dense/bias", (4,), "float32")]
+    groups = [{"variables": "bias", "optimizer": "Momentum", "optimizer_params": {"momentum": 0.9},
+               "lr_multiplier": 1.0}]
+    grouped = plan_memory(variables, optimizer="Adam", optimizer_groups=groups)
+    adam = plan_memory(variables[:1], optimizer="Adam")
+    momentum = plan_memory(variables[1:], optimizer="Momentum", optimizer_params={"momentum": 0.9})
+    # Each optimizer's slots and scalars (Adam's, Momentum's), and the groups' int64 update counter.
+    assert grouped.optimizer_state == adam.optimizer_state + momentum.optimizer_state + 8
 
 
 def test_bytes_are_written_in_binary_units():
