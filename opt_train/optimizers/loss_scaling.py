@@ -257,7 +257,8 @@ def get_loss_scaler(loss_scaling=1.0, loss_scaling_params=None):
     scale = names.LOSS_SCALING("loss_scaling", loss_scaling)
     if isinstance(scale, str):
         return AutomaticLossScaler(scale, loss_scaling_params)
-    names.check_loss_scaling(scale, loss_scaling_params)  # refuses parameters with a static scale
+    if loss_scaling_params:
+        names.check_loss_scaling(scale, loss_scaling_params)  # raises: a static scale takes no parameters
     return StaticLossScale(scale)
 
 

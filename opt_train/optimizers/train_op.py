@@ -171,7 +171,7 @@ class TrainOp(tf.Module):
         grads, _ = self._pipeline.local.update(
             grads, self._state["local"], self.variables_to_train,
             learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32),
-            loss_is_finite=tf.math.is_finite(loss),
+            loss_is_finite=tf.math.is_finite(loss), scale=self._scale,
         )
         if self._strategy is not None:
             # A replica returns its gradients as per-replica values: None (a variable without
