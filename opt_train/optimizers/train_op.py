@@ -112,7 +112,7 @@ class TrainOp(tf.Module):
         return list(source)
 
     def build(self, batch=None):
-        """Creates every variable (optimizer slots, accumulators, scaler), so a checkpoint can restore first."""
+        """Creates every variable (optimizer slots, the pipeline's state), so a checkpoint can restore first."""
         if self._built:
             return self
         variables, frozen = split_frozen(self._resolve_variables(batch), self._freeze_regex)
