@@ -145,7 +145,8 @@ class Pipeline(NamedTuple):
         """The stage state of class `kind` in `state`, or None when no stage keeps one."""
         found = find(state, kind)
         if len(found) > 1:
-            raise ValueError(f"One stage may keep a {kind.__name__}. Received: {len(found)} stages keep one")
+            raise ParamError.said("kind", "conflict", f"One stage may keep a {kind.__name__}. "
+                                  f"Received: {len(found)} stages keep one", kind.__name__)
         return found[0] if found else None
 
     @classmethod
