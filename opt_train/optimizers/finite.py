@@ -6,8 +6,9 @@ the verdict on the reduced gradient is the same everywhere without another
 collective: an overflow on one rank reaches every rank as a non-finite reduced
 gradient, and all skip together. The loss is each rank's own (it is reduced where
 it is reported), so `on_nonfinite: stop` asks `backend.all_finite` whether every
-rank's loss was finite: all stop at the same update. The verdict feeds the loss
-scaler and is counted in the state; the gradients pass through unchanged.
+rank's loss was finite: all stop at the same update. The verdict adjusts the loss
+scale (through the unscale stage's `ScaleState`, the extra input `scale`) and is
+counted in the state; the gradients pass through unchanged.
 """
 
 from __future__ import annotations
@@ -87,20 +88,23 @@ class FiniteState(NamedTuple):
         return STOP_REASONS[code].format(n=self.max_consecutive_overflows)
 
 
-def finite_check(backend, scaler, *, on_nonfinite="skip", max_consecutive_overflows=None):
-    """Judges the reduced gradient finite or not, updates `scaler`, counts skips, and applies the stop policy.
+def finite_check(backend, *, on_nonfinite="skip", max_consecutive_overflows=None):
+    """Judges the reduced gradient finite or not, adjusts the loss scale, counts skips, and applies the stop policy.
 
     The gradient is finite when its float32 global norm is: one reduction gives
     both the verdict and the `global_gradient_norm` statistic. (A gradient whose
     norm exceeds float32's range, about 1.8e19, therefore counts as an overflow.)
 
+    The loss scale is the unscale stage's: the extra input `scale` (its `ScaleState`,
+    which the train op passes) is adjusted once per update, `scale.adjust(finite, grads)`.
+    Without it (`None`) no scale moves, and the scale counts as static.
+
     Args:
         backend: an `opt_train.distributed.Backend`; under `on_nonfinite: "stop"` its
             `all_finite` makes the loss verdict every rank's.
-        scaler: the loss scaler; `scaler.update(finite, amax)` runs once per update.
         on_nonfinite: `"skip"` (count and go on) or `"stop"`: stop at a non-finite loss (extra
             input `loss_is_finite`, over the whole update), or at a non-finite gradient when
-            the scaler does not adapt (`scaler.adaptive` False: a static scale). Defaults to `"skip"`.
+            the scale does not adapt (`scale.adaptive` False: a static scale). Defaults to `"skip"`.
         max_consecutive_overflows: stop after this many non-finite updates in a row; None: never.
     """
     on_nonfinite = names.check_on_nonfinite(on_nonfinite)
@@ -120,30 +124,31 @@ def finite_check(backend, scaler, *, on_nonfinite="skip", max_consecutive_overfl
             max_consecutive_overflows=max_consecutive_overflows,
         )
 
-    def stop_code(state, loss_is_finite):
+    def stop_code(state, loss_is_finite, adaptive):
         code = tf.constant(0, tf.int32)
         if max_consecutive_overflows is not None:
             code = tf.where(state.consecutive_overflows >= max_consecutive_overflows, 3, code)
         if on_nonfinite == "stop":
-            if not getattr(scaler, "adaptive", True):
+            if not adaptive:
                 code = tf.where(state.skipped_steps > 0, 2, code)
             # Each rank's loss is its own: one rank's non-finite loss stops them all.
             code = tf.where(backend.all_finite(tf.convert_to_tensor(loss_is_finite)), code, 1)
         return code
 
-    def update(grads, state, variables=None, loss_is_finite=True, **extra):
+    def update(grads, state, variables=None, loss_is_finite=True, scale=None, **extra):
         del variables, extra
         norm = global_norm(grads)
         finite = tf.math.is_finite(norm)  # of the reduced gradient: the same on every rank
-        amax = global_amax(grads) if scaler.needs_amax else None
-        scaler.update(finite, amax)
+        if scale is not None:
+            scale.adjust(finite, grads)
         skipped = tf.cast(tf.logical_not(finite), tf.int64)
         state.finite.assign(finite)
         state.global_norm.assign(norm)
         state.skipped_steps.assign_add(skipped)
         state.consecutive_overflows.assign(skipped * (state.consecutive_overflows + 1))
         if has_policy:
-            state.stop_code.assign(tf.maximum(state.stop_code, stop_code(state, loss_is_finite)))
+            adaptive = scale is not None and scale.adaptive
+            state.stop_code.assign(tf.maximum(state.stop_code, stop_code(state, loss_is_finite, adaptive)))
         return grads, state
 
     return GradientTransform(init, update)

@@ -2,15 +2,17 @@
 
 The loss is multiplied by `scaler.loss_scale` before the backward pass so that
 small float16 gradients do not flush to zero; `unscale` divides them back in
-float32 before any stage looks at their magnitude; its state, `ScaleState`, is
-where the train op finds the scale it multiplies the loss by. Once per optimizer update
-the finite check calls `scaler.update(finite, amax)` with the verdict on the
-accumulated, reduced gradient, and the scaler picks the next scale.
+float32 before any stage looks at their magnitude. Its state, `ScaleState`, is the
+scaler's one owner: the train op asks it for the scale it multiplies the loss by, and
+once per optimizer update the finite check asks it to adjust the scale to the verdict
+on the accumulated, reduced gradient (`scaler.update(finite, amax)`).
 
 Every scaler keeps its state in `tf.Variable`s (a `tf.Module`, so it is
 checkpointable) and exposes the same four members: `loss_scale`,
 `update(finite, amax)`, `needs_amax` (whether `update` uses `amax`) and
-`adaptive` (whether overflows move the scale).
+`adaptive` (whether overflows move the scale). An automatic scaler's parameters are
+checked once, by `AutomaticLossScaler` (the rule `validate` runs); the algorithm classes
+it picks from take checked values.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train.optimizers import names
+from opt_train.optimizers.finite import global_amax
 from opt_train.optimizers.transform import GradientTransform, map_values
 
 
@@ -78,15 +81,10 @@ class BackoffScaler(tf.Module):
 
     def __init__(self, scale_min=1.0, scale_max=2.0**14, step_factor=2.0, step_window=2000):
         super().__init__(name="backoff_scaler")
-        params = names.check_loss_scaler_params(
-            "Backoff",
-            dict(scale_min=scale_min, scale_max=scale_max, step_factor=step_factor,
-                 step_window=step_window),
-        )
-        self.scale_min = float(params["scale_min"])
-        self.scale_max = float(params["scale_max"])
-        self.step_factor = float(params["step_factor"])
-        self.step_window = int(params["step_window"])
+        self.scale_min = float(scale_min)
+        self.scale_max = float(scale_max)
+        self.step_factor = float(step_factor)
+        self.step_window = int(step_window)
         # [scale, (i - last) mod w]; at the start i - last = 0 - (-1) = 1.
         self.state = tf.Variable(
             [self.scale_max, float(1 % self.step_window)], dtype=tf.float32, trainable=False, name="state"
@@ -145,11 +143,8 @@ class LogMaxScaler(tf.Module):
     def __init__(self, scale_min=1.0, scale_max=2.0**14, log_max=16.0, beta1=0.99, beta2=0.999,
                  overflow_std_dev=3.09):
         super().__init__(name="logmax_scaler")
-        params = names.check_loss_scaler_params(
-            "LogMax",
-            dict(scale_min=scale_min, scale_max=scale_max, log_max=log_max, beta1=beta1,
-                 beta2=beta2, overflow_std_dev=overflow_std_dev),
-        )
+        params = dict(scale_min=scale_min, scale_max=scale_max, log_max=log_max, beta1=beta1, beta2=beta2,
+                      overflow_std_dev=overflow_std_dev)
         for key, value in params.items():
             setattr(self, key, float(value))
         self.iteration = tf.Variable(0, dtype=tf.int64, trainable=False, name="iteration")
@@ -196,11 +191,8 @@ class DynamicScaler(tf.Module):
 
     def __init__(self, initial_scale=2.0**15, dynamic_growth_steps=2000):
         super().__init__(name="dynamic_scaler")
-        params = names.check_loss_scaler_params(
-            "Dynamic", dict(initial_scale=initial_scale, dynamic_growth_steps=dynamic_growth_steps)
-        )
-        self.initial_scale = float(params["initial_scale"])
-        self.dynamic_growth_steps = int(params["dynamic_growth_steps"])
+        self.initial_scale = float(initial_scale)
+        self.dynamic_growth_steps = int(dynamic_growth_steps)
         self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_counter")
         self.scale = tf.Variable(self.initial_scale, dtype=tf.float32, trainable=False, name="scale")
 
@@ -225,7 +217,8 @@ class AutomaticLossScaler(tf.Module):
 
     The name is matched case-insensitively; `params` overrides the algorithm's
     defaults (`opt_train.optimizers.names.LOSS_SCALERS`); an unknown name or
-    parameter raises `UnknownNameError`.
+    parameter raises `UnknownNameError`. This is where an automatic scaler's
+    parameters are checked, the one place.
 
     Example:
         scaler = AutomaticLossScaler("Backoff", {"step_window": 1000})
@@ -254,27 +247,46 @@ class AutomaticLossScaler(tf.Module):
 
 
 def get_loss_scaler(loss_scaling=1.0, loss_scaling_params=None):
-    """A scaler from the YAML values: a number gives `StaticLossScale`, a name `AutomaticLossScaler`."""
+    """A scaler from the YAML values: a number gives `StaticLossScale`, a name `AutomaticLossScaler`.
+
+    `loss_scaling` is read by its rule (`names.LOSS_SCALING`); an algorithm's
+    parameters are left to `AutomaticLossScaler`, which checks them.
+    """
     if isinstance(loss_scaling, (StaticLossScale, AutomaticLossScaler)):
         return loss_scaling
-    value, params = names.check_loss_scaling(loss_scaling, loss_scaling_params)
-    if params is None:
-        return StaticLossScale(value)
-    return AutomaticLossScaler(value, params)
+    scale = names.LOSS_SCALING("loss_scaling", loss_scaling)
+    if isinstance(scale, str):
+        return AutomaticLossScaler(scale, loss_scaling_params)
+    if loss_scaling_params:
+        names.check_loss_scaling(scale, loss_scaling_params)  # raises: a static scale takes no parameters
+    return StaticLossScale(scale)
 
 
 class ScaleState(NamedTuple):
-    """The pipeline's loss scaler (the one the finite check updates), held by the stage that removes its scale.
+    """The unscale stage's state: the one owner of the run's loss scaler.
 
-    It keeps no variable of its own: the scaler's are checkpointed as the train op's
-    `loss_scaler` item, as they always were.
+    The train op asks it for the scale of the loss (`scale_loss`); the finite check,
+    which receives it as the extra input `scale`, asks it to adjust the scale to an
+    update's verdict (`adjust`). It keeps no variable of its own: the pipeline
+    checkpoints the scaler's as its `loss_scaler` item (`Pipeline.checkpoint_items`),
+    the key checkpoints have always had.
     """
 
     loss_scaler: Any
 
+    @property
+    def adaptive(self):
+        """Whether overflows move the scale (False for a static scale)."""
+        return self.loss_scaler.adaptive
+
     def scale_loss(self, loss):
         """The float32 loss times the current scale: what the backward pass differentiates."""
         return loss * tf.cast(self.loss_scaler.loss_scale, tf.float32)
+
+    def adjust(self, finite, grads):
+        """Moves the scale once per update by its verdict: `finite`, on the unscaled, reduced `grads`."""
+        amax = global_amax(grads) if self.loss_scaler.needs_amax else None
+        return self.loss_scaler.update(finite, amax)
 
     def report(self):
         return {"loss_scale": tf.cast(self.loss_scaler.loss_scale, tf.float32)}
@@ -290,10 +302,15 @@ def unscale(scaler):
     weights; the finite check downstream then skips the whole update. With a
     static scale of 1 and float32 gradients only the first gradient carries
     that poison, so the degenerate stage costs one small multiply.
+
+    Args:
+        scaler: the run's loss scaler (`get_loss_scaler`); from `init` on, the stage's state
+            holds it, and no other stage does.
     """
 
     def update(grads, state, variables=None, loss_is_finite=True, **extra):
         del variables, extra
+        scaler = state.loss_scaler
         poison = tf.where(loss_is_finite, 1.0, float("nan"))
         inverse = poison / tf.cast(scaler.loss_scale, tf.float32)
         needs_full_pass = not (

@@ -22,9 +22,9 @@ from opt_train.optimizers import grouping, names, registry, user_transforms
 from opt_train.optimizers.accumulation import accumulate
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.clipping import clip_by_global_norm
-from opt_train.optimizers.finite import finite_check
+from opt_train.optimizers.finite import FiniteState, finite_check
 from opt_train.optimizers.larc import larc
-from opt_train.optimizers.loss_scaling import get_loss_scaler, unscale
+from opt_train.optimizers.loss_scaling import ScaleState, get_loss_scaler, unscale
 from opt_train.optimizers.mixed_precision import (
     MixedPrecisionOptimizerWrapper,
     is_low_precision,
@@ -32,7 +32,7 @@ from opt_train.optimizers.mixed_precision import (
 )
 from opt_train.optimizers.optimizer_groups import OptimizerGroups, group_rate
 from opt_train.optimizers.train_op import TrainOp
-from opt_train.optimizers.transform import GradientTransform, identity, named_chain
+from opt_train.optimizers.transform import GradientTransform, find, identity, named_chain, state_variables
 
 
 def get_regularization_loss(model=None):
@@ -103,6 +103,14 @@ def _dtype_name(dtype):
     return names.check_dtype(getattr(dtype, "name", dtype))
 
 
+class _PipelineVariables(tf.Module):
+    """Holds the pipeline's state variables in a stable order so a checkpoint can track them."""
+
+    def __init__(self, variables):
+        super().__init__(name="pipeline")
+        self.state = list(variables)
+
+
 class Pipeline(NamedTuple):
     """The gradient pipeline in two parts, split where replicas meet.
 
@@ -111,6 +119,10 @@ class Pipeline(NamedTuple):
     all-reduce and every stage after it, once per process (in cross-replica
     context under tf.distribute). In one process, and under Horovod (one replica
     per process), the two run one after the other: `whole()`.
+
+    What a caller must know of a stage it asks the pipeline for by the class of
+    the stage's state (`handle(state, ScaleState)`), as optax's `MultiSteps.has_updated`
+    asks the state: the pipeline's state is the only copy.
     """
 
     local: GradientTransform
@@ -119,11 +131,56 @@ class Pipeline(NamedTuple):
     def whole(self):
         return named_chain(("local", self.local), ("accumulate", self.shared))
 
+    def init(self, variables):
+        """The state of both parts, as `whole()` keys it (created in the caller's scope)."""
+        return {"local": self.local.init(variables), "accumulate": self.shared.init(variables)}
+
+    @staticmethod
+    def handles(state, kind):
+        """Every stage state of class `kind` in `state`, in pipeline order."""
+        return find(state, kind)
+
+    @staticmethod
+    def handle(state, kind):
+        """The stage state of class `kind` in `state`, or None when no stage keeps one."""
+        found = find(state, kind)
+        if len(found) > 1:
+            raise ParamError.said("kind", "conflict", f"One stage may keep a {kind.__name__}. "
+                                  f"Received: {len(found)} stages keep one", kind.__name__)
+        return found[0] if found else None
+
+    @classmethod
+    def variables(cls, state):
+        """Every variable of the pipeline's state: the stage states', then the loss scaler's."""
+        scale = cls.handle(state, ScaleState)
+        return [*state_variables(state), *(scale.loss_scaler.variables if scale is not None else ())]
+
+    @classmethod
+    def checkpoint_items(cls, state):
+        """What a checkpoint holds of the pipeline, under the keys checkpoints have always had.
+
+        `pipeline`: every `tf.Variable` of the stage states, in pipeline order;
+        `loss_scaler`: the scaler the unscale stage's `ScaleState` owns (a module of
+        its own, so its variables are not in `pipeline`); `stop_code`: the finite
+        check's, also under its own name.
+        """
+        items = {"pipeline": _PipelineVariables(state_variables(state))}
+        scale = cls.handle(state, ScaleState)
+        if scale is not None:
+            items["loss_scaler"] = scale.loss_scaler
+        stops = cls.handles(state, FiniteState)
+        if stops:
+            items["stop_code"] = stops[0].stop_code
+        return items
+
 
 def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_params=None, inserted=(),
                    on_nonfinite="skip", max_consecutive_overflows=None, iter_size_mode="mean",
                    rate_multipliers=None):
     """The gradient pipeline as a `Pipeline` (see the module docstring for the order).
+
+    `scaler` goes to the unscale stage alone, whose state owns it; the finite check
+    adjusts it through that state (the train op passes it as the extra input `scale`).
 
     `inserted` is `[(stage, transform)]`: each transform runs right after the
     built-in stage it names (`user_transforms.STAGES`), several after one stage
@@ -146,7 +203,7 @@ def build_pipeline(scaler, backend, *, iter_size=1, clip_gradients=None, larc_pa
     per_update = named_chain(
         *[(f"after_accumulate_{i}", t) for i, t in enumerate(after.get("accumulate", ()))],
         *stage("allreduce", allreduce(backend, op="mean")),
-        *stage("finite", finite_check(backend, scaler, on_nonfinite=on_nonfinite,
+        *stage("finite", finite_check(backend, on_nonfinite=on_nonfinite,
                                       max_consecutive_overflows=max_consecutive_overflows)),
         *stage("post", post, "clip"),
     )

@@ -10,10 +10,12 @@
 - `micro_batches` counts every micro-batch run, skipped updates included: the data
   position a resumed run starts its stream at.
 
-What the train op must know of the pipeline it asks the pipeline's state, as optax's
-`MultiSteps.has_updated` is asked: the loss scale (the unscale stage's `ScaleState`), the
-micro-batches an update takes (`accumulate`'s `AccumulateState`), whether a stop policy
-fired (the finite check's state). It keeps no copy of them.
+What the train op must know of the pipeline it asks the pipeline for, by the class of a
+stage's state (`pipeline.handle(state, ScaleState)`), as optax's `MultiSteps.has_updated`
+asks the state: the loss scale (the unscale stage's `ScaleState`, which owns the scaler;
+the finite check receives it as the extra input `scale`), the micro-batches an update
+takes (`accumulate`'s `AccumulateState`), whether a stop policy fired (the finite check's
+`FiniteState`). It keeps no copy of them; the pipeline says what a checkpoint holds of it.
 
 Under tf.distribute (`backend.strategy`), `pipeline.local` runs on every replica
 (`strategy.run`) and the rest once per process in cross-replica context; see
@@ -25,18 +27,13 @@ from __future__ import annotations
 import tensorflow as tf
 
 from opt_train.errors import ParamError
-from opt_train.optimizers.finite import l2_norm
+from opt_train.optimizers.accumulation import AccumulateState
+from opt_train.optimizers.finite import FiniteState, l2_norm
 from opt_train.optimizers.freezing import split_frozen, variable_path
+from opt_train.optimizers.larc import LarcState
+from opt_train.optimizers.loss_scaling import ScaleState
 from opt_train.optimizers.optimizer_groups import OptimizerGroups
-from opt_train.optimizers.transform import report, state_variables, states_with
-
-
-class _PipelineVariables(tf.Module):
-    """Holds the pipeline's state variables in a stable order so a checkpoint can track them."""
-
-    def __init__(self, variables):
-        super().__init__(name="pipeline")
-        self.state = list(variables)
+from opt_train.optimizers.transform import report
 
 
 class TrainOp(tf.Module):
@@ -85,6 +82,8 @@ class TrainOp(tf.Module):
         self._scale = None
         self._accumulation = None
         self._stoppers = ()
+        self._larc = None
+        self._pipeline_items = {}
         self.variables_to_train = None
         self.frozen_variables = None
         self._built = False
@@ -113,7 +112,7 @@ class TrainOp(tf.Module):
         return list(source)
 
     def build(self, batch=None):
-        """Creates every variable (optimizer slots, accumulators, scaler), so a checkpoint can restore first."""
+        """Creates every variable (optimizer slots, the pipeline's state), so a checkpoint can restore first."""
         if self._built:
             return self
         variables, frozen = split_frozen(self._resolve_variables(batch), self._freeze_regex)
@@ -138,14 +137,16 @@ class TrainOp(tf.Module):
                 self.optimizer.build(variables, frozen=frozen)  # a group of frozen variables alone is refused
             else:
                 self.optimizer.build(variables)
-            self._state = {"local": self._pipeline.local.init(variables),
-                           "accumulate": self._pipeline.shared.init(variables)}
-        self._pipeline_variables = _PipelineVariables(state_variables(self._state))
-        # What the step asks the pipeline: its loss scale, how many micro-batches an update
-        # takes, and the stages with a stop policy (the finite check), each owning its verdict.
-        (self._scale,) = states_with(self._state, "scale_loss")
-        (self._accumulation,) = states_with(self._state, "micro_batches_left")
-        self._stoppers = states_with(self._state, "stop_reason")
+            self._state = self._pipeline.init(variables)
+        # What the step asks the pipeline, each a stage's state found by its class: the loss
+        # scale, how many micro-batches an update takes, the stop policies (the finite check),
+        # LARC's per-variable rates. A pipeline without one of these stages has no handle
+        # (None): no loss scaling, one micro-batch an update, no stop policy.
+        self._scale = self._pipeline.handle(self._state, ScaleState)
+        self._accumulation = self._pipeline.handle(self._state, AccumulateState)
+        self._stoppers = tuple(self._pipeline.handles(self._state, FiniteState))
+        self._larc = self._pipeline.handle(self._state, LarcState)
+        self._pipeline_items = self._pipeline.checkpoint_items(self._state)
         self._built = True
         return self
 
@@ -153,7 +154,7 @@ class TrainOp(tf.Module):
     def _gradients(self, batch):
         with self.backend.forward(), tf.GradientTape() as tape:
             loss = tf.cast(self.loss_fn(batch), tf.float32)
-            scaled = self._scale.scale_loss(loss)
+            scaled = loss if self._scale is None else self._scale.scale_loss(loss)
         grads = tape.gradient(scaled, self.variables_to_train)
         if self._mesh is not None:
             # DTensor has no layout for a scatter update: an embedding's rows arrive dense.
@@ -170,7 +171,7 @@ class TrainOp(tf.Module):
         grads, _ = self._pipeline.local.update(
             grads, self._state["local"], self.variables_to_train,
             learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32),
-            loss_is_finite=tf.math.is_finite(loss),
+            loss_is_finite=tf.math.is_finite(loss), scale=self._scale,
         )
         if self._strategy is not None:
             # A replica returns its gradients as per-replica values: None (a variable without
@@ -209,7 +210,7 @@ class TrainOp(tf.Module):
         learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
         grads, _ = self._pipeline.shared.update(
             grads, self._state["accumulate"], self.variables_to_train,
-            learning_rate=learning_rate, loss_is_finite=tf.math.is_finite(loss),
+            learning_rate=learning_rate, loss_is_finite=tf.math.is_finite(loss), scale=self._scale,
         )
         stages = report(self._state)
         update = stages.pop("update", tf.constant(True))
@@ -274,8 +275,7 @@ class TrainOp(tf.Module):
         entries = {}
         wanted = set(self._summaries)
         # Each variable's rate over the reported one: its optimizer group's lr_multiplier, as LARC holds it.
-        rate_scale = next((state.rate_scale for state in states_with(self._state, "rate_scale") if state.rate_scale),
-                          (1.0,) * len(grads))
+        rate_scale = self._larc.rate_scale if self._larc is not None and self._larc.rate_scale else (1.0,) * len(grads)
         for i, (g, v) in enumerate(zip(grads, self.variables_to_train)):
             name = variable_path(v).replace(":", "_")
             if g is not None and "gradients" in wanted:
@@ -334,7 +334,8 @@ class TrainOp(tf.Module):
         start = None if self.count_skipped_updates else int(self.global_step.numpy())
         losses = []
         while True:
-            for left in range(self._accumulation.micro_batches_left(), 0, -1):
+            left_in_update = 1 if self._accumulation is None else self._accumulation.micro_batches_left()
+            for left in range(left_in_update, 0, -1):
                 last = left == 1
                 kind = (bool(summarize and last), bool(statistics and last))
                 result = self._call_step(kind, self._compiled_step(*kind), next(iterator))
@@ -426,35 +427,30 @@ class TrainOp(tf.Module):
 
     @property
     def micro_batches_per_update(self):
-        """`iter_size`, as the accumulate stage's state holds it (after `build()`)."""
-        return self._accumulation.per_update
+        """`iter_size`, as the accumulate stage's state holds it (after `build()`); 1 without one."""
+        return 1 if self._accumulation is None else self._accumulation.per_update
 
     @property
     def loss_scaler(self):
-        """The pipeline's loss scaler, as the unscale stage's state holds it (after `build()`)."""
-        return self._scale.loss_scaler
+        """The pipeline's loss scaler, as the unscale stage's state holds it (after `build()`); None without one."""
+        return None if self._scale is None else self._scale.loss_scaler
 
     # -- state -------------------------------------------------------------------
     def checkpoint_items(self):
         """What a `tf.train.Checkpoint` must hold besides the model to resume mid-run."""
         self.build()
-        items = {
+        return {
             "global_step": self.global_step,
             "micro_batches": self.micro_batches,
             "optimizer": self.optimizer,
-            "pipeline": self._pipeline_variables,
-            "loss_scaler": self.loss_scaler,
+            **self._pipeline_items,  # `pipeline`, `loss_scaler`, `stop_code`: the pipeline's word
         }
-        if self._stoppers:
-            # Also under its own name, as checkpoints have always had it.
-            items["stop_code"] = self._stoppers[0].stop_code
-        return items
 
     def state_variables(self):
         """Every variable the run's state is made of (broadcast from rank 0 after a resume)."""
         self.build()
         found = [self.global_step, self.micro_batches, *self.optimizer.variables,
-                 *self._pipeline_variables.state, *self.loss_scaler.variables]
+                 *self._pipeline.variables(self._state)]
         unique, seen = [], set()
         for variable in found:
             if id(variable) not in seen:

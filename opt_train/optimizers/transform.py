@@ -138,9 +138,9 @@ def report(state):
     return found
 
 
-def states_with(state, attribute):
-    """Every stage state in a (nested) pipeline state that has `attribute`, in pipeline order."""
-    return [s for s in _all_states(state) if hasattr(s, attribute)]
+def find(state, kind):
+    """Every stage state of class `kind` in a (nested) pipeline state, in pipeline order."""
+    return [s for s in _all_states(state) if isinstance(s, kind)]
 
 
 def _states(state):

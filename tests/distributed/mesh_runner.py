@@ -48,7 +48,7 @@ def shards(path):
 
     model = list(run.model.weights)
     state = [v for v in train_op.optimizer.variables]
-    state += [v for v in train_op._pipeline_variables.state if "accumulator" in v.name]
+    state += [v for v in train_op.checkpoint_items()["pipeline"].state if "accumulator" in v.name]
     planned = plan(config, [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in model])
     return {
         "weights": sum(local_bytes(v) for v in model),

@@ -132,14 +132,14 @@ def test_unscale_divides_in_float32_and_poisons_non_finite_loss():
     assert out[0].dtype == tf.float32
     np.testing.assert_array_equal(out[0].numpy(), [1.0, 2.0])
     np.testing.assert_array_equal(out[1].values.numpy(), [[0.5]])
-    poisoned, _ = transform.update(grads, (), loss_is_finite=tf.constant(False))
+    poisoned, _ = transform.update(grads, transform.init([]), loss_is_finite=tf.constant(False))
     assert np.isnan(poisoned[0].numpy()).all()
 
 
 def test_unscale_with_unit_scale_poisons_only_one_gradient():
     transform = unscale(StaticLossScale(1.0))
     grads = [tf.constant([1.0]), tf.constant([2.0])]
-    out, _ = transform.update(grads, (), loss_is_finite=tf.constant(False))
+    out, _ = transform.update(grads, transform.init([]), loss_is_finite=tf.constant(False))
     assert np.isnan(out[0].numpy()).all() and out[1] is grads[1]
 
 

@@ -239,14 +239,15 @@ def test_lr_multiplier_follows_lr_control_s_factor():
 
 
 def test_larc_reads_each_variable_s_group_multiplier():
-    from opt_train.optimizers.transform import states_with
+    from opt_train.optimizers.larc import LarcState
+    from opt_train.optimizers.pipeline import Pipeline
 
     model = make_model()
     train_op = optimize_loss(loss_of(model), "SGD", {"learning_rate": 0.1}, var_list=model.trainable_variables,
                              larc_params={"larc_eta": 0.01}, summaries=["larc_summaries"], optimizer_groups=[
                                  {"variables": "^head/", "lr_multiplier": 0.1}])
     result = train_op(make_data()[0], summarize=True)
-    (larc_state,) = states_with(train_op._state, "clip_on")
+    larc_state = Pipeline.handle(train_op._state, LarcState)
     assert [v.path for v in train_op.variables_to_train] == ["encoder/kernel", "encoder/bias", "head/kernel", "head/bias"]
     assert larc_state.rate_scale == (1.0, 1.0, 0.1, 0.1)
     # The rate each variable was updated at, as the summaries report it: its group's.
