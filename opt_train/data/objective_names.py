@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError
 
 LOSS_NAMES = (
@@ -94,7 +95,7 @@ def monitor_direction(monitor, mode="auto"):
     """"min" or "max": which way `monitor` improves under `mode` (Keras's rule for "auto").
 
     Raises:
-        ValueError: `mode` is "auto" and the metric has no direction (Keras refuses it too).
+        ParamError: `mode` is "auto" and the metric has no direction (Keras refuses it too).
     """
     if mode in ("min", "max"):
         return mode
@@ -102,5 +103,5 @@ def monitor_direction(monitor, mode="auto"):
         return "min"
     if monitor in HIGHER_IS_BETTER:
         return "max"
-    raise ValueError(f"cannot tell whether {monitor!r} is better higher or lower (nor can Keras's mode auto); "
-                     "give min or max")
+    text = f"cannot tell whether {monitor!r} is better higher or lower (nor can Keras's mode auto); give min or max"
+    raise ParamError("mode", "conflict", text, mode, text=text)

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
+from opt_train.errors import ParamError
+
 TASK_KINDS = ("classification", "regression", "sequence")
 
 # What every evaluation reports by task kind, beside `loss` and the config's `metrics`
@@ -67,7 +69,8 @@ class Task:
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
-            raise ValueError(f"`kind` must be one of {TASK_KINDS}. Received: kind={self.kind!r}")
+            raise ParamError.said("kind", "unknown_name", f"`kind` must be one of {TASK_KINDS}. Received: kind={self.kind!r}",
+                                  self.kind)
 
     def loss(self, y_true, y_pred, sample_weight=None):
         """Mean loss over the batch (and positions) as a float32 scalar.

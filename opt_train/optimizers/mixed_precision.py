@@ -23,6 +23,7 @@ import tensorflow as tf
 
 import keras
 
+from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.optimizers.freezing import variable_path
 from opt_train.optimizers.mesh_state import belongs_to
@@ -134,7 +135,8 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         first update would continue from the masters' old values.
         """
         if tuple(id(variable) for variable in variables) != self._variable_ids:
-            raise ValueError("`refresh_masters` takes the variables `build` took, in the same order")
+            raise ParamError("variables", "conflict", "must be the variables `build` took, in the same order",
+                             text="`refresh_masters` takes the variables `build` took, in the same order")
         for variable, target in zip(variables, self._targets):
             if target is not variable:
                 target.assign(tf.cast(variable, tf.float32))

@@ -95,9 +95,10 @@ class TrainOp(tf.Module):
         source = self._var_list
         if source is None:
             if batch is None:
-                raise ValueError(
+                raise ParamError.said(
+                    "batch", "missing",
                     "`var_list` is None, so the variables are found by running the loss once: "
-                    "call `build(batch)` or pass `var_list`. Received: batch=None"
+                    "call `build(batch)` or pass `var_list`. Received: batch=None",
                 )
             with tf.GradientTape() as tape:
                 self.loss_fn(batch)
@@ -317,9 +318,10 @@ class TrainOp(tf.Module):
             return  # the mesh backend's iterator lays each batch out eagerly (`backend.distribute`)
         if not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
             # A Python iterator would be read once, while tracing: every step would see one batch.
-            raise ValueError(
+            raise ParamError.said(
+                "iterator", "wrong_type",
                 "`iterator` must be a tf.data iterator (`iter(dataset)`). "
-                f"Received: iterator of type {type(iterator).__name__}"
+                f"Received: iterator of type {type(iterator).__name__}",
             )
 
     def update(self, iterator, summarize=False, statistics=True):
@@ -405,9 +407,10 @@ class TrainOp(tf.Module):
     def __call__(self, batch, summarize=False, statistics=True):
         """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""
         if self._strategy is not None:
-            raise ValueError(
+            raise ParamError.said(
+                "batch", "conflict",
                 "Under tf.distribute the train op reads its batches itself: call "
-                "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch"
+                "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch",
             )
         if self._mesh is not None:
             batch = self.backend.place_batch(batch)

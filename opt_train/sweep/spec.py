@@ -125,26 +125,30 @@ def split_values(text):
     return parts
 
 
+def _bad_grid(text):
+    return ParamError(None, "wrong_type", text, text=text)
+
+
 def parse_grid_option(text):
     """`"optimizer=Adam,Momentum"` -> `("optimizer", ["Adam", "Momentum"])`; values read as YAML.
 
-    Raises `ValueError` saying what is wrong.
+    Raises `ParamError` (a ValueError) saying what is wrong; the caller files it at `--grid`.
     """
     if "=" not in text:
-        raise ValueError("expected KEY=V1,V2,..., e.g. optimizer_params.learning_rate=0.1,0.01")
+        raise _bad_grid("expected KEY=V1,V2,..., e.g. optimizer_params.learning_rate=0.1,0.01")
     key, raw = (part.strip() for part in text.split("=", 1))
     if not key or not all(part.strip() for part in key.split(".")):
-        raise ValueError("expected a dotted key before '='")
+        raise _bad_grid("expected a dotted key before '='")
     texts = split_values(raw)
     if not raw or any(not item for item in texts):
-        raise ValueError("expected a comma-separated list of values after '=', none of them empty")
+        raise _bad_grid("expected a comma-separated list of values after '=', none of them empty")
     values = []
     for item in texts:
         try:
             values.append(parse_scalar(item))
         except yaml.YAMLError as error:
             problem = getattr(error, "problem", None) or "invalid YAML"
-            raise ValueError(f"the value {item!r} is not valid YAML ({problem})") from None
+            raise _bad_grid(f"the value {item!r} is not valid YAML ({problem})") from None
     return key, values
 
 
