@@ -26,6 +26,8 @@ MODES = ("min", "max")
 # Keys the sweep sets itself for every trial, so they cannot be swept.
 RESERVED_KEYS = ("logdir", "sweep")
 DEFAULT_METRIC = "eval/loss"
+# The figures of a trial's final_metrics.json besides its evaluation's (`eval/<name>`, `eval_metric_names`).
+RUN_FIGURES = ("train/loss", "global_step", "skipped_steps")
 # The integer keys and their smallest value (None: any integer).
 COUNTS = {"trials": 1, "seed": None, "repeats": 1}
 RESERVED_MESSAGE = "is set by the sweep for every trial and cannot be swept"
@@ -172,6 +174,19 @@ def metric(value):
     if not isinstance(value, str) or not value.strip():
         raise ParamError(None, "wrong_type", "must name a metric such as eval/accuracy", value)
     return value.strip()
+
+
+def metric_problem(metric, kind, metric_names=()):
+    """Why no trial of a `kind` task with `metrics: metric_names` (registry names) reports `metric`
+    (a did-you-mean), or None. The eval figures are the run's own (`opt_train.data.task.eval_metric_names`)."""
+    from opt_train.data.task import eval_metric_names
+
+    known = [*RUN_FIGURES, *(f"eval/{name}" for name in eval_metric_names(kind, metric_names))]
+    if metric in known:
+        return None
+    hint = closest(metric, known)
+    return (f"no trial reports {metric!r}; " + (f"did you mean '{hint}'?" if hint else "")
+            + f" ({kind} runs report {', '.join(known)})")
 
 
 def mode(value):

@@ -31,6 +31,24 @@ METRIC_NAMES = (
 )
 
 
+# The metrics that read what a classification or sequence evaluation feeds every metric: class ids
+# (one per example or position) against per-class scores. The others read one-hot or binary labels
+# of the prediction's own shape: on class ids they fail at the first evaluation (auc, f1_score) or
+# report another figure (categorical_accuracy); regression's targets have the prediction's shape.
+CLASS_ID_METRICS = ("accuracy", "sparse_categorical_accuracy", "sparse_categorical_crossentropy",
+                    "sparse_top_k_categorical_accuracy")
+
+
+def metric_fit_problem(name, kind):
+    """Why metric `name` (a registry name) cannot score a `kind` task's evaluation, or None."""
+    if kind in ("classification", "sequence") and name not in CLASS_ID_METRICS:
+        return (f"reads one-hot or binary labels, but a {kind} evaluation gives class ids against per-class "
+                f"scores; metrics that read class ids: {', '.join(CLASS_ID_METRICS)}")
+    if kind == "regression" and name in CLASS_ID_METRICS[1:]:
+        return "reads class ids, but a regression evaluation gives targets of the prediction's shape"
+    return None
+
+
 # What `Model.compile` accepts beyond the registry names, as a Keras user writes them:
 # the compile-time strings Keras maps by the labels' shape (opt-train's labels are class
 # ids, so the sparse class is the one Keras would pick) and Keras 2 spellings.
