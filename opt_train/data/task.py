@@ -106,10 +106,6 @@ class Task:
             per_example = tf.reduce_mean(per_example, axis=1)
         return tf.reduce_mean(per_example * tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
 
-    def eval_names(self):
-        """The names `make_metrics` and `finalize` report, in that order."""
-        return eval_metric_names(self.kind, self.metric_names)
-
     def make_metrics(self):
         """Fresh metrics by name.
 

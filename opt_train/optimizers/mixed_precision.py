@@ -47,12 +47,6 @@ def needs_master_weights(dtype):
     return names.check_dtype(dtype) in ("float16", "bfloat16")
 
 
-def compute_dtype(dtype):
-    """The dtype the forward pass runs in ("mixed" -> "float16")."""
-    policy = dtype_policy_name(dtype)
-    return policy.replace("mixed_", "")
-
-
 def is_low_precision(variable):
     return variable.dtype in (tf.float16, tf.bfloat16)
 

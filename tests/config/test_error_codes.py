@@ -163,10 +163,10 @@ def test_an_error_at_a_full_key_is_one_constructor():
     with pytest.raises(AssertionError):
         ParamError.at("model", "bad", "must be fine")
     # The gradient_transforms checks raise it as it is, at the entry's full key.
-    from opt_train.optimizers.user_transforms import check_specs
+    from opt_train.optimizers.user_transforms import check_entry
 
     with pytest.raises(ParamError) as caught:
-        check_specs([{"after": "clip"}])
+        check_entry(0, {"after": "clip"})
     assert type(caught.value) is ParamError
     assert (caught.value.key, caught.value.code, str(caught.value)) == ("gradient_transforms[0].factory", "missing", "is required")
 
