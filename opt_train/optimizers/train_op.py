@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from opt_train.errors import ParamError
 from opt_train.optimizers.finite import l2_norm
-from opt_train.optimizers.freezing import split_frozen, variable_path
+from opt_train.optimizers.freezing import check_left_to_train, split_frozen, variable_path
 from opt_train.optimizers.optimizer_groups import OptimizerGroups
 from opt_train.optimizers.transform import report, state_variables, states_with
 
@@ -121,14 +121,7 @@ class TrainOp(tf.Module):
         if not variables and not frozen:
             raise ParamError("var_list", "missing", "holds no trainable variable", text="No variable to train: "
                              "var_list (or, without one, the trainable variables the loss reads) is empty.")
-        if not variables:
-            raise ParamError(
-                "freeze_variables_regex", "out_of_range",
-                f"matches all {len(frozen)} variables: no variable left to train", self._freeze_regex,
-                key="freeze_variables_regex",
-                text="No variable left to train. Received: freeze_variables_regex="
-                f"{self._freeze_regex!r} matched all {len(frozen)} variables",
-            )
+        check_left_to_train(variables, frozen, self._freeze_regex)
         self.variables_to_train = variables
         self.frozen_variables = frozen
         with self.backend.scope():
