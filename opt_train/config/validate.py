@@ -116,6 +116,18 @@ def model_fits_data(values):
     registry("model").check_task(values["model"], kind)
 
 
+def loss_fits_task(values):
+    """A `loss` by name reads what a built-in model outputs for the dataset's task (`objective_names.loss_fit_problem`);
+    a model of the user's (a factory, a saved model) shapes its own output."""
+    from opt_train.data.objective_names import loss_fit_problem
+
+    if not isinstance(values["loss"], str) or not isinstance(values["model"], str):
+        return
+    problem = loss_fit_problem(values["loss"], registry("data").task_kind(values["data"], values["data_params"]))
+    if problem:
+        raise ParamError.at("loss", "conflict", problem, values["loss"])
+
+
 def metrics_fit_task(values):
     """Each of `metrics` reads the labels the dataset's task gives (`objective_names.metric_fit_problem`).
 
@@ -333,6 +345,7 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
+    (("model", "data", "data_params", "loss"), "loss", loss_fits_task),
     (("data", "data_params", "metrics", "loss"), "metrics", metrics_fit_task),
     (("data", "data_params", "metrics", "early_stopping", "lr_control"), "early_stopping", monitors),
     (("data", "data_params", "metrics", "sweep"), "sweep", sweep_metric),

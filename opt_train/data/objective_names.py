@@ -39,6 +39,18 @@ CLASS_ID_METRICS = ("accuracy", "sparse_categorical_accuracy", "sparse_categoric
                     "sparse_top_k_categorical_accuracy")
 
 
+def loss_fit_problem(name, kind):
+    """Why loss `name` (a registry name) cannot score a built-in model's output for a `kind` task, or None:
+    classification and sequence models output per-class logits against class ids, which only the sparse
+    categorical cross-entropy reads (the others fail at the first step); a regression's targets are not ids."""
+    if kind in ("classification", "sequence") and name != "sparse_categorical_crossentropy":
+        return (f"reads labels of the prediction's shape, but a built-in model on a {kind} task outputs per-class "
+                "logits against class ids, which only sparse_categorical_crossentropy reads")
+    if kind == "regression" and name == "sparse_categorical_crossentropy":
+        return "reads class ids, but a regression's targets have the prediction's shape"
+    return None
+
+
 def metric_fit_problem(name, kind):
     """Why metric `name` (a registry name) cannot score a `kind` task's evaluation, or None."""
     if kind in ("classification", "sequence") and name not in CLASS_ID_METRICS:

@@ -123,10 +123,36 @@ def test_validate_refuses_a_metric_that_cannot_read_the_tasks_labels_in_one_line
     assert "Traceback" not in result.output
 
 
-def test_a_loss_of_its_own_says_how_labels_are_read_and_the_metric_is_left_to_it(tmp_path):
+def test_a_loss_and_model_of_ones_own_say_how_labels_are_read_and_the_metric_is_left_to_them(tmp_path):
+    (tmp_path / "one_unit.py").write_text("def build(task):\n    raise NotImplementedError  # a sigmoid unit\n")
     path = tmp_path / "run.yaml"
-    path.write_text(HEAD + "loss: binary_crossentropy\nmetrics: [auc]\n")
+    path.write_text(HEAD + "model: {factory: 'one_unit:build'}\nloss: binary_crossentropy\nmetrics: [auc]\n")
     assert load_config([path]).metrics == ("auc",)
+
+
+@pytest.mark.parametrize("data, loss", [
+    ("digits", "categorical_crossentropy"), ("digits", "mse"), ("synthetic_regression", "sparse_categorical_crossentropy"),
+])
+def test_validate_refuses_a_loss_that_cannot_read_a_built_in_models_output_in_one_line(cli, tmp_path, data, loss):
+    """Failed before: validate passed, and train ended at its first step with Keras's shape error and exit 1."""
+    path = tmp_path / "run.yaml"
+    path.write_text(HEAD + f"data: {data}\nloss: {loss}\n")
+    result = cli("validate", "--config", path)
+    assert result.exit_code == 2, result.output
+    [error] = [row for row in result.output.splitlines() if row.startswith("Error:")]
+    assert error.startswith(f"Error: {path}:4: loss: reads ") and error.endswith(f"Received: '{loss}' [conflict]")
+
+
+def test_what_a_refused_loss_does_to_class_ids_and_logits():
+    """The reference: Keras's own losses on what a built-in classifier gives them."""
+    import keras
+    import numpy as np
+
+    labels, logits = np.array([0, 2, 1]), np.zeros((3, 4), "float32")
+    with pytest.raises(ValueError, match="same rank"):
+        keras.losses.CategoricalCrossentropy(from_logits=True)(labels, logits)
+    sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
+    assert float(sparse) == pytest.approx(np.log(4.0))
 
 
 def test_what_a_refused_metric_would_report_on_class_ids():
