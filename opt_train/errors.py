@@ -88,7 +88,8 @@ def exit_codes_help():
 
 
 # What a parameter check may say; the others belong to reading files.
-PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing", "file_not_found")
+PARAM_CODES = ("unknown_key", "unknown_name", "wrong_type", "out_of_range", "conflict", "missing", "file_not_found",
+               "too_large")
 
 
 class ParamError(BadUsage, ValueError):

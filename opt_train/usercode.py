@@ -61,15 +61,20 @@ def keep_cwd_behind_packages():
     sys.path.append(cwd)
 
 
+def _not_a_target(target):
+    return ParamError(None, "wrong_type", "must be 'package.module:function'", target,
+                      text=f"must be 'package.module:function'. Received: {target!r}")
+
+
 def split(target):
     """`("package.module", "function")` from `package.module:function` or `package.module.function`."""
     if not isinstance(target, str) or not target.strip():
-        raise ValueError(f"must be 'package.module:function'. Received: {target!r}")
+        raise _not_a_target(target)
     module_name, separator, attribute = target.partition(":")
     if not separator:
         module_name, _, attribute = target.rpartition(".")
     if not module_name or not attribute.isidentifier():
-        raise ValueError(f"must be 'package.module:function'. Received: {target!r}")
+        raise _not_a_target(target)
     return module_name, attribute
 
 

@@ -139,6 +139,14 @@ def user_errors(on_failure=None):
     except RunRefused as error:
         failed(error, ConfigUsageError.exit_code)
         raise ConfigUsageError(str(error)) from None
+    except ParamError as error:
+        if error.key is None:  # an argument of a library call, not a config key: a bug, its traceback kept
+            failed(error, TrainingFailedError.exit_code, f"{type(error).__name__}: {error}")
+            raise
+        # A config key found wrong only once the run reported something (a check `validate` could not make).
+        issue = ConfigIssue(None, None, error.key, error.code, error.message, error.value)
+        failed(error, ConfigUsageError.exit_code, issue.format())
+        raise ConfigUsageError(issue.format()) from None
     except TrainingFailed as error:
         failed(error, TrainingFailedError.exit_code)
         raise TrainingFailedError(str(error)) from None

@@ -5,7 +5,7 @@ import os
 import click
 
 from opt_train.cli.common import ConfigUsageError, Count, TrainingFailedError, config_options, load, user_errors
-from opt_train.sweep.driver import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES
+from opt_train.config.sweep_block import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES, worker_settings
 
 
 @click.command()
@@ -35,12 +35,15 @@ from opt_train.sweep.driver import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES
               "with distributed: horovod).")
 @click.option("--gpus", metavar="0,1,...",
               help="GPUs this worker gives its trials, each running trial a block of its own through "
-              "CUDA_VISIBLE_DEVICES (default: CUDA_VISIBLE_DEVICES, else what nvidia-smi -L lists, else none).")
-@click.option("--heartbeat-secs", type=Count(1), default=HEARTBEAT_SECONDS, show_default=True, metavar="N",
+              "CUDA_VISIBLE_DEVICES (default: sweep.gpus, else CUDA_VISIBLE_DEVICES, else what nvidia-smi -L "
+              "lists, else none).")
+@click.option("--heartbeat-secs", type=Count(1), metavar="N",
               help="Seconds between this worker's heartbeats for its trials; a trial without one for twice that "
-              "is queued again and resumed from its checkpoint by a worker sharing --out.")
-@click.option("--max-trial-retries", type=Count(0), default=MAX_TRIAL_RETRIES, show_default=True, metavar="N",
-              help="Times a trial whose worker stopped sending heartbeats is queued again before it fails.")
+              f"is queued again and resumed from its checkpoint by a worker sharing --out (default: "
+              f"sweep.heartbeat_secs, else {HEARTBEAT_SECONDS}).")
+@click.option("--max-trial-retries", type=Count(0), metavar="N",
+              help="Times a trial whose worker stopped sending heartbeats is queued again before it fails "
+              f"(default: sweep.max_trial_retries, else {MAX_TRIAL_RETRIES}).")
 @click.option("--metric", help="Metric that ranks the trials (default: sweep.metric, else eval/loss).")
 @click.option("--mode", type=click.Choice(["min", "max"]), help="Whether smaller or larger --metric is better.")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep folder (default: <logdir>-sweep).")
@@ -80,15 +83,20 @@ def sweep(configs, overrides, grids, random_trials, sampler, pruner, storage, st
         raise click.UsageError("Missing option '--config' / '-c' (only --status can do without it).")
     if sbatch_args and launcher != "slurm":
         raise ConfigUsageError("--sbatch-args: only with --launcher slurm")
-    if gpus is not None and launcher == "slurm":
-        raise ConfigUsageError("--gpus: only with --launcher local; SLURM gives each task its GPUs "
-                               '(--sbatch-args "--gres=gpu:N")')
     base = load(configs, overrides)
+    given_gpus, heartbeat_secs, max_trial_retries = worker_settings(base.sweep, gpus, heartbeat_secs,
+                                                                    max_trial_retries)
+    if given_gpus is not None and launcher == "slurm":
+        raise ConfigUsageError(f"{given_gpus[1]}: only with --launcher local; SLURM gives each task its GPUs "
+                               '(--sbatch-args "--gres=gpu:N")')
     options = SweepOptions(grids, random_trials, seed, repeats, metric, mode, sampler, pruner, storage, study)
     with user_errors():
         plan = plan_sweep(configs, overrides, base, options, out, np=np_)
         # SLURM gives each array task its GPUs; this machine's are the local launcher's to hand out.
-        found = find_gpus(gpus) if launcher == "local" else ((), None)
+        if given_gpus is not None:
+            found = find_gpus(given_gpus[0], where=given_gpus[1])
+        else:
+            found = find_gpus() if launcher == "local" else ((), None)
         if dry_run:
             click.echo("\n".join(dry_run_lines(plan)))
             return

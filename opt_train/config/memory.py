@@ -70,11 +70,30 @@ def plan(config, variables, *, mesh=True):
 
 
 def memory_lines(config):
-    """What `validate` prints: `plan_lines` of the config's built-in model, else one "unknown until built" line."""
+    """What `validate` prints: `plan_lines` of the config's built-in model, else one "unknown until built" line.
+
+    The model's variables known, what `train` would refuse once it has built them is refused here
+    (`check_variables`)."""
     variables, why = model_variables(config)
     if variables is None:
         return [UNKNOWN.format(why=why)]
+    check_variables(config, [path for path, *_ in variables])
     return plan_lines(config, variables)
+
+
+def check_variables(config, paths):
+    """A `ConfigError` where `freeze_variables_regex` leaves no variable to train or an optimizer group takes no
+    variable of the model's `paths`, by the rules `train` applies to the built model (`freezing`, `grouping`)."""
+    from opt_train.optimizers import grouping
+    from opt_train.optimizers.freezing import check_left_to_train, split_frozen
+
+    trainable, frozen = split_frozen(paths, config.freeze_variables_regex, path=str)
+    try:
+        check_left_to_train(trainable, frozen, config.freeze_variables_regex)
+        if config.optimizer_groups:
+            grouping.assign(trainable, list(config.optimizer_groups), frozen)
+    except ParamError as error:
+        raise ConfigError([config.issue_for(error.key, error)]) from None
 
 
 def plan_lines(config, variables):

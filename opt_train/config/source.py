@@ -9,6 +9,7 @@ import stat
 import yaml
 
 from opt_train.config.issues import ConfigIssue
+from opt_train.errors import ParamError
 
 # YAML 1.1 (PyYAML) reads `1e-3` as a string; YAML 1.2 and every user read it as a
 # number. This pattern adds the exponent forms without a dot to the float resolver.
@@ -260,24 +261,28 @@ def read_yaml_file(path, shown_as):
     return parse_yaml(text, shown_as)
 
 
+def _too_large(text):
+    return ParamError(None, "too_large", text, text=text)
+
+
 def parse_scalar(text):
     """A `--set` value read as YAML (numbers, booleans, null, `[a, b]` lists, strings).
 
     Held to the bounds of a config file: raises `yaml.YAMLError` for bad YAML and
-    `ValueError` for a value over the bounds.
+    `ParamError` (a ValueError, code `too_large`) for a value over the bounds.
     """
     if len(text) > MAX_CONFIG_BYTES:
-        raise ValueError(f"the value is longer than {MAX_CONFIG_BYTES // 1024} KiB")
+        raise _too_large(f"the value is longer than {MAX_CONFIG_BYTES // 1024} KiB")
     try:
         node, loader = compose(text)
     except RecursionError:
-        raise ValueError(f"the value is nested more than {MAX_DEPTH} levels deep") from None
+        raise _too_large(f"the value is nested more than {MAX_DEPTH} levels deep") from None
     try:
         if node is None:
             return None
         problem = size_problem(node)
         if problem:
-            raise ValueError(problem[1])
+            raise _too_large(problem[1])
         return _Reader(loader, None).read(node, "")
     finally:
         loader.dispose()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 from opt_train import params as p
 from opt_train.config.issues import RuleErrors, below
@@ -19,7 +20,8 @@ from opt_train.registry import Row, Table
 from opt_train.suggest import UnknownNameError, closest
 from opt_train.trial import PRUNERS
 
-BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study")
+BLOCK_KEYS = ("grid", "random", "trials", "seed", "metric", "mode", "repeats", "sampler", "pruner", "storage", "study",
+              "gpus", "heartbeat_secs", "max_trial_retries")
 # Optuna's samplers by the names users write: `code` is the class `opt_train/sweep/study.py` seeds
 # (pruners: opt_train/trial.py).
 SAMPLER_TABLE = Table("sampler", [
@@ -42,8 +44,16 @@ MODES = ("min", "max")
 # Keys the sweep sets itself for every trial, so they cannot be swept.
 RESERVED_KEYS = ("logdir", "sweep")
 DEFAULT_METRIC = "eval/loss"
+# The figures of a trial's final_metrics.json besides its evaluation's (`eval/<name>`, `eval_metric_names`).
+RUN_FIGURES = ("train/loss", "global_step", "skipped_steps")
+# The worker's own settings, the block's or `--heartbeat-secs` / `--max-trial-retries`: seconds between a
+# worker's heartbeats for its running trials, and how often a trial whose worker fell silent is queued again.
+HEARTBEAT_SECONDS = 60
+MAX_TRIAL_RETRIES = 2
 # The integer keys and their smallest value (None: any integer).
-COUNTS = {"trials": 1, "seed": None, "repeats": 1}
+COUNTS = {"trials": 1, "seed": None, "repeats": 1, "heartbeat_secs": 1, "max_trial_retries": 0}
+# A GPU's index, or a GPU's or MIG instance's UUID as nvidia-smi -L prints it.
+GPU_NAME = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z-]+)$")
 RESERVED_MESSAGE = "is set by the sweep for every trial and cannot be swept"
 
 
@@ -83,7 +93,8 @@ def check_block(block):
     if block.get("random") is not None:
         good["random"] = _random(block["random"], errors)
     rules = {**{key: functools.partial(count, key) for key in COUNTS},
-             "metric": metric, "mode": mode, "sampler": sampler, "pruner": pruner, "storage": text, "study": text}
+             "metric": metric, "mode": mode, "sampler": sampler, "pruner": pruner, "storage": text, "study": text,
+             "gpus": gpus}
     for key, rule in rules.items():
         if key not in block:
             continue
@@ -184,10 +195,57 @@ def count(key, value):
         raise
 
 
+def gpus(value):
+    """`[0, 1]` or `"0,1"` -> `("0", "1")`: the GPUs a sweep worker gives its trials, indices or UUIDs, each once."""
+    if isinstance(value, (list, tuple)):
+        names = tuple("" if isinstance(item, bool) or item is None else str(item).strip() for item in value)
+    else:
+        names = tuple(part.strip() for part in str(value).split(","))
+    if not names or not all(names):
+        raise ParamError(None, "wrong_type", "is empty or has an empty entry; give GPU indices or UUIDs, e.g. 0,1,2,3",
+                         value)
+    bad = [name for name in names if not GPU_NAME.match(name)]
+    if bad:
+        raise ParamError(None, "wrong_type", f"{bad[0]!r} is not a GPU index or UUID (e.g. 0,1,2,3 or GPU-5f3c...)",
+                         value)
+    if len(set(names)) < len(names):
+        raise ParamError(None, "conflict", "names a GPU twice; each GPU is given to one trial at a time", value)
+    return names
+
+
+def worker_settings(block, gpus_option=None, heartbeat_secs=None, max_trial_retries=None):
+    """`(gpus, heartbeat_secs, max_trial_retries)` of a sweep worker: each the command line's when given, else the
+    (checked) `block`'s, else the default (`gpus` None: found on the machine, `opt_train.sweep.devices.find_gpus`).
+    `gpus` is `(names, where)`, `where` naming the option or key they came from, or None."""
+    block = block or {}
+    if gpus_option is not None:
+        found = (gpus_option, "--gpus")
+    elif block.get("gpus") is not None:
+        found = (",".join(gpus(block["gpus"])), "sweep.gpus")
+    else:
+        found = None
+    return (found,
+            heartbeat_secs if heartbeat_secs is not None else block.get("heartbeat_secs", HEARTBEAT_SECONDS),
+            max_trial_retries if max_trial_retries is not None else block.get("max_trial_retries", MAX_TRIAL_RETRIES))
+
+
 def metric(value):
     if not isinstance(value, str) or not value.strip():
         raise ParamError(None, "wrong_type", "must name a metric such as eval/accuracy", value)
     return value.strip()
+
+
+def metric_problem(metric, kind, metric_names=()):
+    """Why no trial of a `kind` task with `metrics: metric_names` (registry names) reports `metric`
+    (a did-you-mean), or None. The eval figures are the run's own (`opt_train.data.task.eval_metric_names`)."""
+    from opt_train.data.task import eval_metric_names
+
+    known = [*RUN_FIGURES, *(f"eval/{name}" for name in eval_metric_names(kind, metric_names))]
+    if metric in known:
+        return None
+    hint = closest(metric, known)
+    return (f"no trial reports {metric!r}; " + (f"did you mean '{hint}'?" if hint else "")
+            + f" ({kind} runs report {', '.join(known)})")
 
 
 def mode(value):

@@ -119,6 +119,36 @@ def model_fits_data(values):
     models.check_task(values["model"], kind)
 
 
+def loss_fits_task(values):
+    """A `loss` by name reads what a built-in model outputs for the dataset's task (`objective_names.loss_fit_problem`);
+    a model of the user's (a factory, a saved model) shapes its own output."""
+    from opt_train.data.objective_names import loss_fit_problem
+
+    if not isinstance(values["loss"], str) or not isinstance(values["model"], str):
+        return
+    problem = loss_fit_problem(values["loss"], registry("data").task_kind(values["data"], values["data_params"]))
+    if problem:
+        raise ParamError.at("loss", "conflict", problem, values["loss"])
+
+
+def metrics_fit_task(values):
+    """Each of `metrics` reads the labels the dataset's task gives (`objective_names.metric_fit_problem`).
+
+    Judged under the task's own loss only: a config whose `loss` reads other labels (binary cross-entropy
+    on a one-unit sigmoid model) has said how its labels are read.
+    """
+    from opt_train.data.objective_names import metric_fit_problem
+
+    if values["loss"] not in (None, "sparse_categorical_crossentropy"):
+        return
+    kind = registry("data").task_kind(values["data"], values["data_params"])
+    errors = [ParamError.at(f"metrics[{index}]", "conflict", problem, name)
+              for index, name in enumerate(values["metrics"])
+              if (problem := metric_fit_problem(name, kind))]
+    if errors:
+        raise RuleErrors(errors)
+
+
 def monitors(values):
     """`early_stopping.monitor` and `lr_control.monitor` name a figure the evaluation reports, with a direction.
 
@@ -149,6 +179,20 @@ def monitors(values):
                 errors.append(ParamError.at(f"{block}.{direction}", "conflict", str(error), params[direction]))
     if errors:
         raise RuleErrors(errors)
+
+
+def sweep_metric(values):
+    """`sweep.metric` names a figure every trial reports (`sweep_block.metric_problem`: the run's eval metrics)."""
+    from opt_train.config.sweep_block import metric_problem
+
+    metric = (values["sweep"] or {}).get("metric")
+    if metric is None:
+        return
+    metric = metric.strip()
+    problem = metric_problem(metric, registry("data").task_kind(values["data"], values["data_params"]),
+                             values["metrics"])
+    if problem:
+        raise ParamError.at("sweep.metric", "unknown_name", problem, metric)
 
 
 def warm_start_sources(values):
@@ -311,7 +355,10 @@ CROSS_RULES = (
     (("data", "data_params"), "data_params", data_params),
     (("model", "data", "data_params"), "model", model_fits_data),
     (("distributed", "use_horovod", "num_gpus"), "distributed", distribution),
+    (("model", "data", "data_params", "loss"), "loss", loss_fits_task),
+    (("data", "data_params", "metrics", "loss"), "metrics", metrics_fit_task),
     (("data", "data_params", "metrics", "early_stopping", "lr_control"), "early_stopping", monitors),
+    (("data", "data_params", "metrics", "sweep"), "sweep", sweep_metric),
     (("init_from", "load_model"), "init_from", warm_start_sources),
     (("init_from", "logdir"), "init_from", warm_start_source),
     (PLACEMENT_FIELDS, "mesh", mesh_placement),

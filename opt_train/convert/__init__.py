@@ -7,6 +7,7 @@ import dataclasses
 import yaml
 
 from opt_train.convert.pyconfig import PyConfigError
+from opt_train.errors import ParamError
 
 FORMATS = ("openseq2seq", "returnn")
 
@@ -61,7 +62,8 @@ def convert(kind, path):
         from opt_train.convert.returnn import convert_returnn
 
         return convert_returnn(path)
-    raise ValueError(f"`kind` must be one of {', '.join(FORMATS)}. Received: kind={kind!r}")
+    raise ParamError.said("kind", "unknown_name", f"`kind` must be one of {', '.join(FORMATS)}. Received: kind={kind!r}",
+                          kind)
 
 
 __all__ = ["FORMATS", "Conversion", "PyConfigError", "convert"]

@@ -61,14 +61,14 @@ _COMPARE = {
 def _bounded(items):
     items = list(items)
     if len(items) > LIMIT:
-        raise ValueError(f"more than {LIMIT} items")
+        raise _Unfollowed(f"more than {LIMIT} items")
     return items
 
 
 def _range(*args):
     found = range(*args)
     if len(found) > LIMIT:
-        raise ValueError(f"more than {LIMIT} items")
+        raise _Unfollowed(f"more than {LIMIT} items")
     return list(found)
 
 
@@ -92,7 +92,7 @@ def _numpy(function):
 
     def call(*args, **kwargs):
         if _size(function, args, kwargs) > LIMIT:
-            raise ValueError(f"more than {LIMIT} items")
+            raise _Unfollowed(f"more than {LIMIT} items")
         return _bounded(np.asarray(function(*args, **kwargs)).tolist())
 
     return call
@@ -355,7 +355,7 @@ class Reader:
             def emit():
                 key = self.value(node.key)
                 if isinstance(key, Opaque):
-                    raise ValueError("a key needs the config to run")
+                    raise _Unfollowed("a key needs the config to run")
                 found[key] = self.value(node.value)
 
             self.comprehension(node.generators, emit)
@@ -378,15 +378,15 @@ class Reader:
             generator = generators[0]
             iterable = self.value(generator.iter)
             if not isinstance(iterable, (list, tuple, dict, str)) or isinstance(iterable, Symbol):
-                raise ValueError("the iterable needs the config to run")
+                raise _Unfollowed("the iterable needs the config to run")
             for item in list(iterable):
                 count[0] += 1
                 if count[0] > LIMIT:
-                    raise ValueError(f"more than {LIMIT} items")
+                    raise _Unfollowed(f"more than {LIMIT} items")
                 self.bind(generator.target, item)
                 tests = [self.value(test) for test in generator.ifs]
                 if any(isinstance(test, Opaque) for test in tests):
-                    raise ValueError("a condition needs the config to run")
+                    raise _Unfollowed("a condition needs the config to run")
                 if all(tests):
                     if len(generators) > 1:
                         self.comprehension(generators[1:], emit, count)
@@ -403,7 +403,7 @@ class Reader:
             for element, item in zip(target.elts, value):
                 self.bind(element, item)
         else:
-            raise ValueError("an unpacking the reader does not follow")
+            raise _Unfollowed("an unpacking the reader does not follow")
 
     def binary(self, op, left, right, node):
         if not is_plain(left) or not is_plain(right) or type(op) not in _BINARY:

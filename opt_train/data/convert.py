@@ -13,6 +13,7 @@ import numpy as np
 
 from opt_train.data import sources
 from opt_train.data.tfrecord import compression_type
+from opt_train.errors import ParamError
 
 SUFFIX = {"": ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zz"}
 
@@ -23,7 +24,7 @@ def read_arrays(path, *, x_key="x", y_key="y", label_column=-1, header=True, del
         return sources._read_npz(path, x_key, y_key, "path")
     if path.endswith(".csv"):
         return sources._read_csv(path, label_column, header, delimiter, "path")
-    raise ValueError(f"`path` must be a .npz or .csv file. Received: path={path!r}")
+    raise ParamError.said("path", "wrong_type", f"`path` must be a .npz or .csv file. Received: path={path!r}", path)
 
 
 def _example(x_row, y_row, classification):
@@ -72,9 +73,11 @@ def to_tfrecord(path, out, *, shards, compression="none", eval_fraction=0.0, see
         read_options: `x_key`, `y_key` (.npz), `label_column`, `header`, `delimiter` (.csv).
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise ValueError(f"`shards` must be a positive integer. Received: shards={shards!r}")
+        raise ParamError.said("shards", "out_of_range", f"`shards` must be a positive integer. Received: shards={shards!r}",
+                              shards)
     if not 0 <= eval_fraction < 1:
-        raise ValueError(f"`eval_fraction` must be in [0, 1). Received: eval_fraction={eval_fraction}")
+        raise ParamError.said("eval_fraction", "out_of_range",
+                              f"`eval_fraction` must be in [0, 1). Received: eval_fraction={eval_fraction}", eval_fraction)
     kind = compression_type(compression)
     x, y = read_arrays(path, **read_options)
     if eval_fraction > 0:
@@ -86,7 +89,9 @@ def to_tfrecord(path, out, *, shards, compression="none", eval_fraction=0.0, see
     if eval_fraction == 0:
         x_eval = x_eval[:0]
     if shards > len(x_train):
-        raise ValueError(f"`shards` must be at most the train examples ({len(x_train)}). Received: shards={shards}")
+        raise ParamError.said("shards", "out_of_range",
+                              f"`shards` must be at most the train examples ({len(x_train)}). Received: shards={shards}",
+                              shards)
     os.makedirs(out, exist_ok=True)
     classification = task == "classification"
     write_shards(x_train, y_train, out, "train", shards, kind, classification)

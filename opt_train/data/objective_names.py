@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from opt_train.errors import ParamError
 from opt_train.suggest import UnknownNameError
 
 LOSS_NAMES = (
@@ -28,6 +29,36 @@ METRIC_NAMES = (
     "sparse_top_k_categorical_accuracy", "squared_hinge", "top_k_categorical_accuracy", "true_negatives",
     "true_positives",
 )
+
+
+# The metrics that read what a classification or sequence evaluation feeds every metric: class ids
+# (one per example or position) against per-class scores. The others read one-hot or binary labels
+# of the prediction's own shape: on class ids they fail at the first evaluation (auc, f1_score) or
+# report another figure (categorical_accuracy); regression's targets have the prediction's shape.
+CLASS_ID_METRICS = ("accuracy", "sparse_categorical_accuracy", "sparse_categorical_crossentropy",
+                    "sparse_top_k_categorical_accuracy")
+
+
+def loss_fit_problem(name, kind):
+    """Why loss `name` (a registry name) cannot score a built-in model's output for a `kind` task, or None:
+    classification and sequence models output per-class logits against class ids, which only the sparse
+    categorical cross-entropy reads (the others fail at the first step); a regression's targets are not ids."""
+    if kind in ("classification", "sequence") and name != "sparse_categorical_crossentropy":
+        return (f"reads labels of the prediction's shape, but a built-in model on a {kind} task outputs per-class "
+                "logits against class ids, which only sparse_categorical_crossentropy reads")
+    if kind == "regression" and name == "sparse_categorical_crossentropy":
+        return "reads class ids, but a regression's targets have the prediction's shape"
+    return None
+
+
+def metric_fit_problem(name, kind):
+    """Why metric `name` (a registry name) cannot score a `kind` task's evaluation, or None."""
+    if kind in ("classification", "sequence") and name not in CLASS_ID_METRICS:
+        return (f"reads one-hot or binary labels, but a {kind} evaluation gives class ids against per-class "
+                f"scores; metrics that read class ids: {', '.join(CLASS_ID_METRICS)}")
+    if kind == "regression" and name in CLASS_ID_METRICS[1:]:
+        return "reads class ids, but a regression evaluation gives targets of the prediction's shape"
+    return None
 
 
 # What `Model.compile` accepts beyond the registry names, as a Keras user writes them:
@@ -94,7 +125,7 @@ def monitor_direction(monitor, mode="auto"):
     """"min" or "max": which way `monitor` improves under `mode` (Keras's rule for "auto").
 
     Raises:
-        ValueError: `mode` is "auto" and the metric has no direction (Keras refuses it too).
+        ParamError: `mode` is "auto" and the metric has no direction (Keras refuses it too).
     """
     if mode in ("min", "max"):
         return mode
@@ -102,5 +133,5 @@ def monitor_direction(monitor, mode="auto"):
         return "min"
     if monitor in HIGHER_IS_BETTER:
         return "max"
-    raise ValueError(f"cannot tell whether {monitor!r} is better higher or lower (nor can Keras's mode auto); "
-                     "give min or max")
+    text = f"cannot tell whether {monitor!r} is better higher or lower (nor can Keras's mode auto); give min or max"
+    raise ParamError("mode", "conflict", text, mode, text=text)

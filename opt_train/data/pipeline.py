@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from opt_train.data import counts, registry, sources
 from opt_train.data.task import Task
+from opt_train.errors import ParamError
 
 
 class DataBundle(NamedTuple):
@@ -82,9 +83,10 @@ def eval_dataset(x, y, *, batch_size):
 def _check_sizes(batch_size, eval_batch_size, rank, size):
     for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("size", size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            raise ParamError.said(name, "out_of_range", f"`{name}` must be a positive integer. Received: {name}={value!r}",
+                                  value)
     if not 0 <= rank < size:
-        raise ValueError(f"`rank` must be in [0, {size}). Received: rank={rank}")
+        raise ParamError.said("rank", "out_of_range", f"`rank` must be in [0, {size}). Received: rank={rank}", rank)
 
 
 def build_data(name, params, *, batch_size, seed, rank=0, size=1, eval_batch_size=None, statistics=None,

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
+from opt_train.errors import ParamError
+
 TASK_KINDS = ("classification", "regression", "sequence")
 
 # What every evaluation reports by task kind, beside `loss` and the config's `metrics`
@@ -67,7 +69,8 @@ class Task:
 
     def __post_init__(self):
         if self.kind not in TASK_KINDS:
-            raise ValueError(f"`kind` must be one of {TASK_KINDS}. Received: kind={self.kind!r}")
+            raise ParamError.said("kind", "unknown_name", f"`kind` must be one of {TASK_KINDS}. Received: kind={self.kind!r}",
+                                  self.kind)
 
     def loss(self, y_true, y_pred, sample_weight=None):
         """Mean loss over the batch (and positions) as a float32 scalar.
@@ -102,10 +105,6 @@ class Task:
             per_example = tf.reshape(per_example, [tf.shape(per_example)[0], -1])
             per_example = tf.reduce_mean(per_example, axis=1)
         return tf.reduce_mean(per_example * tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
-
-    def eval_names(self):
-        """The names `make_metrics` and `finalize` report, in that order."""
-        return eval_metric_names(self.kind, self.metric_names)
 
     def make_metrics(self):
         """Fresh metrics by name.

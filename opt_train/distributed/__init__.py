@@ -8,6 +8,7 @@ imports no TensorFlow.
 from opt_train.distributed.base import Backend, HorovodUnavailableError
 from opt_train.distributed.names import BACKENDS
 from opt_train.distributed.single import SingleProcess
+from opt_train.errors import ParamError
 
 
 def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None, startup_timeout=None):
@@ -25,7 +26,9 @@ def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None, startup
             own wait (tf), `horovod.START_WAIT_SECONDS` (Horovod).
     """
     if distributed not in BACKENDS:
-        raise ValueError(f"`distributed` must be one of {list(BACKENDS)}. Received: distributed={distributed!r}")
+        raise ParamError.said("distributed", "unknown_name",
+                              f"`distributed` must be one of {list(BACKENDS)}. Received: distributed={distributed!r}",
+                              distributed)
     if distributed == "horovod":
         from opt_train.distributed.horovod import HorovodBackend
 

@@ -37,7 +37,7 @@ import urllib.request
 
 from opt_train.distributed.base import Backend, HorovodUnavailableError
 from opt_train.distributed.placement import share_cpu_threads
-from opt_train.errors import TrainingFailed
+from opt_train.errors import ParamError, TrainingFailed
 
 INSTALL_COMMAND = "bash scripts/install_horovod.sh"
 # The ad-hoc key-value scope the ranks meet in before `hvd.init()`.
@@ -80,7 +80,7 @@ def _import_horovod():
 
 def _check_reduce_op(op):
     if op not in _REDUCE_OPS:
-        raise ValueError(f"`op` must be one of {list(_REDUCE_OPS)}. Received: op={op!r}")
+        raise ParamError.said("op", "unknown_name", f"`op` must be one of {list(_REDUCE_OPS)}. Received: op={op!r}", op)
 
 
 def _horovod_op(hvd, op):
@@ -96,9 +96,9 @@ def _tf_variable(variable):
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable):
         return inner
-    raise ValueError(
-        "`broadcast_variables` takes tf.Variable or keras.Variable objects. "
-        f"Received: {type(variable).__name__}"
+    raise ParamError.said(
+        "variables", "wrong_type",
+        f"`broadcast_variables` takes tf.Variable or keras.Variable objects. Received: {type(variable).__name__}",
     )
 
 
@@ -243,9 +243,10 @@ class HorovodBackend(Backend):
 
     def __init__(self, sparse_as_dense="auto", configure_devices=True, rank_timeout=None, startup_timeout=None):
         if sparse_as_dense not in (True, False, "auto"):
-            raise ValueError(
-                "`sparse_as_dense` must be True, False or 'auto'. "
-                f"Received: sparse_as_dense={sparse_as_dense!r}"
+            raise ParamError.said(
+                "sparse_as_dense", "wrong_type",
+                f"`sparse_as_dense` must be True, False or 'auto'. Received: sparse_as_dense={sparse_as_dense!r}",
+                sparse_as_dense,
             )
         self._hvd = _import_horovod()
         if (rank_timeout is not None or startup_timeout is not None) and _launched_size() > 1:
@@ -278,9 +279,9 @@ class HorovodBackend(Backend):
             tf.convert_to_tensor(t) if self._densify(t) else t for t in tensors
         ]
         if any(isinstance(t, tf.IndexedSlices) for t in tensors) and op not in ("mean", "sum"):
-            raise ValueError(
-                "Sparse gradients can only be reduced with op='mean' or op='sum'. "
-                f"Received: op={op!r}"
+            raise ParamError.said(
+                "op", "conflict", f"Sparse gradients can only be reduced with op='mean' or op='sum'. Received: op={op!r}",
+                op,
             )
         present = [i for i, t in enumerate(tensors) if t is not None]
         if not present:

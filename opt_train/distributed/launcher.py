@@ -49,7 +49,8 @@ import time
 from typing import NamedTuple
 
 from opt_train.errors import (
-    DONE_EXIT_CODE, FAILED_EXIT_CODE, INTERRUPTED_EXIT_CODES, PRUNED_EXIT_CODE, USAGE_EXIT_CODE, signal_exit_code,
+    DONE_EXIT_CODE, FAILED_EXIT_CODE, INTERRUPTED_EXIT_CODES, PRUNED_EXIT_CODE, USAGE_EXIT_CODE, ParamError,
+    signal_exit_code,
 )
 
 POLL_SECONDS = 0.1
@@ -278,7 +279,8 @@ class Launcher:
     def __init__(self, command, num_proc, hosts=None, rank_timeout=60.0, out=None, err=None, env=None,
                  backend="horovod", ssh=None, max_restarts=0):
         if backend not in NOUNS:
-            raise ValueError(f"`backend` must be one of {sorted(NOUNS)}. Received: backend={backend!r}")
+            raise ParamError.said("backend", "unknown_name",
+                                  f"`backend` must be one of {sorted(NOUNS)}. Received: backend={backend!r}", backend)
         self.backend = backend
         self.noun = NOUNS[backend]
         self.command = list(command)

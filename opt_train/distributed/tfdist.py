@@ -319,7 +319,7 @@ def _reduce_op(op):
 
     ops = {"mean": tf.distribute.ReduceOp.MEAN, "sum": tf.distribute.ReduceOp.SUM}
     if op not in ops:
-        raise ValueError(f"`op` must be one of {sorted(ops)}. Received: op={op!r}")
+        raise ParamError.said("op", "unknown_name", f"`op` must be one of {sorted(ops)}. Received: op={op!r}", op)
     return ops[op]
 
 

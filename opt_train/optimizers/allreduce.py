@@ -7,6 +7,7 @@ identity and costs nothing.
 
 from __future__ import annotations
 
+from opt_train.errors import ParamError
 from opt_train.optimizers.transform import GradientTransform, init_empty
 
 
@@ -18,7 +19,7 @@ def allreduce(backend, op="mean"):
         op: `"mean"` (the update of one batch `size` times larger) or `"sum"`. Defaults to `"mean"`.
     """
     if op not in ("mean", "sum"):
-        raise ValueError(f"`op` must be one of 'mean', 'sum'. Received: op={op!r}")
+        raise ParamError.said("op", "unknown_name", f"`op` must be one of 'mean', 'sum'. Received: op={op!r}", op)
 
     def update(grads, state, variables=None, **extra):
         del variables, extra

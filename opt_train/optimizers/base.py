@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from opt_train import params
+from opt_train.errors import ParamError
 from opt_train.optimizers.mesh_state import is_dvariable
 from opt_train.optimizers.specs import base_args, check_args
 from opt_train.optimizers.table import USE_LOCKING, row_of_class
@@ -205,7 +206,7 @@ class TF1OptimizerAPI:
             _check_optimizable(var_list)
         if callable(loss):
             if tape is not None:
-                raise ValueError("`tape` must be None when `loss` is callable.")
+                raise ParamError.said("tape", "conflict", "`tape` must be None when `loss` is callable.")
             with tf.GradientTape() as tape:
                 if var_list is not None and not callable(var_list):
                     tape.watch([_tf_variable(v) for v in var_list])
@@ -214,16 +215,14 @@ class TF1OptimizerAPI:
                 var_list = var_list()
         else:
             if tape is None:
-                raise ValueError(
-                    "`tape` is required when `loss` is a Tensor. Received: tape=None"
-                )
+                raise ParamError.said("tape", "missing", "`tape` is required when `loss` is a Tensor. Received: tape=None")
             loss_value = loss
         if var_list is None:
             var_list = tape.watched_variables()
         var_list = list(var_list)
         if not var_list:
             # TF1's words.
-            raise ValueError("No variables to optimize.")
+            raise ParamError.said("var_list", "missing", "No variables to optimize.")
         _check_optimizable(var_list)
         grads = tape.gradient(
             loss_value, [_tf_variable(v) for v in var_list], output_gradients=grad_loss
@@ -240,9 +239,9 @@ class TF1OptimizerAPI:
         grads_and_vars = list(grads_and_vars)
         kept = [(g, v) for g, v in grads_and_vars if g is not None]
         if not kept:
-            raise ValueError(
-                "No gradients provided for any variable. Received: "
-                f"{[getattr(v, 'name', v) for _, v in grads_and_vars]}"
+            raise ParamError.said(
+                "grads_and_vars", "missing",
+                f"No gradients provided for any variable. Received: {[getattr(v, 'name', v) for _, v in grads_and_vars]}",
             )
         missing = [getattr(v, "name", v) for g, v in grads_and_vars if g is None]
         if missing:

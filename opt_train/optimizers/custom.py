@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from opt_train.errors import ParamError
 from opt_train.optimizers.base import Optimizer, gather_rows, keras_serializable
 from opt_train.optimizers.specs import check_args
 from opt_train.optimizers.table import RETURNN_LEARNING_RATE
@@ -111,9 +112,11 @@ class BaseCustomOptimizer(Optimizer):
         update, new_slots = result if isinstance(result, tuple) else (result, {})
         unknown = sorted(set(new_slots) - set(self.slot_names))
         if unknown:
-            raise ValueError(
-                f"`apply_rule` returned slots that `slot_names` does not declare: "
-                f"{unknown}. Received: slot_names={self.slot_names}"
+            raise ParamError.said(
+                "slot_names", "unknown_key",
+                f"`apply_rule` returned slots that `slot_names` does not declare: {unknown}. "
+                f"Received: slot_names={self.slot_names}",
+                self.slot_names,
             )
         for slot_name, value in new_slots.items():
             self._assign(self.slot(var, slot_name), value, indices)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from opt_train import params
+from opt_train.errors import ParamError
 
 
 def variable_path(variable):
@@ -12,11 +13,12 @@ def variable_path(variable):
     return getattr(variable, "path", None) or variable.name.split(":")[0]
 
 
-def split_frozen(variables, regex=None):
-    """Splits `variables` into `(trainable, frozen)` by `re.search(regex, path)`.
+def split_frozen(variables, regex=None, path=variable_path):
+    """Splits `variables` into `(trainable, frozen)` by `re.search(regex, path(variable))`.
 
     Frozen variables are left out of the optimizer entirely, so they get no
-    gradient, no update and no slot variables.
+    gradient, no update and no slot variables. `path=str` splits paths themselves
+    (`validate`, which knows a built-in model's variable paths before TensorFlow starts).
     """
     if regex is None:
         return list(variables), []
@@ -24,5 +26,17 @@ def split_frozen(variables, regex=None):
     pattern = re.compile(params.regex("freeze_variables_regex", regex))
     trainable, frozen = [], []
     for variable in variables:
-        (frozen if pattern.search(variable_path(variable)) else trainable).append(variable)
+        (frozen if pattern.search(path(variable)) else trainable).append(variable)
     return trainable, frozen
+
+
+def check_left_to_train(trainable, frozen, regex):
+    """A `ParamError` at `freeze_variables_regex` when it froze every variable (`split_frozen`'s halves)."""
+    if frozen and not trainable:
+        raise ParamError(
+            "freeze_variables_regex", "out_of_range",
+            f"matches all {len(frozen)} variables: no variable left to train", regex,
+            key="freeze_variables_regex",
+            text=f"No variable left to train. Received: freeze_variables_regex={regex!r} matched all {len(frozen)} "
+                 "variables",
+        )

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.optimizers.finite import l2_norm
 from opt_train.optimizers.transform import GradientTransform
@@ -79,9 +80,11 @@ def larc(larc_eta, larc_mode="clip", min_update=1e-7, epsilon=1e-7, *, rate_mult
     def update(grads, state, variables=None, learning_rate=None, **extra):
         del extra
         if variables is None:
-            raise ValueError("`larc` needs `variables` to compute weight norms. Received: variables=None")
+            raise ParamError.said("variables", "missing",
+                                  "`larc` needs `variables` to compute weight norms. Received: variables=None")
         if mode == "clip" and learning_rate is None:
-            raise ValueError("`larc` in clip mode needs `learning_rate`. Received: learning_rate=None")
+            raise ParamError.said("learning_rate", "missing",
+                                  "`larc` in clip mode needs `learning_rate`. Received: learning_rate=None")
         lr = None if learning_rate is None else tf.cast(learning_rate, tf.float32)
         out, ratios = list(grads), []
         for i, (g, v) in enumerate(zip(grads, variables)):

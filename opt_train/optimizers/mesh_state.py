@@ -27,6 +27,8 @@ import threading
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
+from opt_train.errors import ParamError
+
 _owners = threading.local()
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 
@@ -210,7 +212,7 @@ def to_dvariable(variable, layout):
 
 
 def check_step(function, *args):
-    """Raises ValueError naming every plain variable the traced `function(*args)` reads or writes.
+    """Raises ParamError (a ValueError) naming every plain variable the traced `function(*args)` reads or writes.
 
     A plain variable in a DTensor step is updated once per device of the mesh (a counter
     moved 4, 7, 11 after 3 steps on 4 devices): wrong numbers, no error.
@@ -218,7 +220,8 @@ def check_step(function, *args):
     concrete = function.get_concrete_function(*args)
     plain = sorted({v.name for v in concrete.variables if not isinstance(v, dtensor.DVariable)})
     if plain:
-        raise ValueError(
+        raise ParamError.said(
+            "function", "conflict",
             f"the step touches {len(plain)} plain tf.Variable(s) under a mesh, which every device would "
             f"update on its own: {', '.join(plain[:5])}{' ...' if len(plain) > 5 else ''}; create them inside "
             "the backend's scope() (or as Keras variables of the model) so that they are DVariables"

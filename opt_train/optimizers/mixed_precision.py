@@ -23,6 +23,7 @@ import tensorflow as tf
 
 import keras
 
+from opt_train.errors import ParamError
 from opt_train.optimizers import names
 from opt_train.optimizers.freezing import variable_path
 from opt_train.optimizers.mesh_state import belongs_to
@@ -44,12 +45,6 @@ def dtype_policy_name(dtype):
 def needs_master_weights(dtype):
     """True for the pure low-precision dtypes, whose variables need float32 master copies."""
     return names.check_dtype(dtype) in ("float16", "bfloat16")
-
-
-def compute_dtype(dtype):
-    """The dtype the forward pass runs in ("mixed" -> "float16")."""
-    policy = dtype_policy_name(dtype)
-    return policy.replace("mixed_", "")
 
 
 def is_low_precision(variable):
@@ -134,7 +129,8 @@ class MixedPrecisionOptimizerWrapper(tf.Module):
         first update would continue from the masters' old values.
         """
         if tuple(id(variable) for variable in variables) != self._variable_ids:
-            raise ValueError("`refresh_masters` takes the variables `build` took, in the same order")
+            raise ParamError("variables", "conflict", "must be the variables `build` took, in the same order",
+                             text="`refresh_masters` takes the variables `build` took, in the same order")
         for variable, target in zip(variables, self._targets):
             if target is not variable:
                 target.assign(tf.cast(variable, tf.float32))

@@ -75,9 +75,11 @@ def _as_schedule(learning_rate_decay_fn):
     ):
         return learning_rate_decay_fn
     if not callable(learning_rate_decay_fn):
-        raise ValueError(
+        raise ParamError.said(
+            "learning_rate_decay_fn", "wrong_type",
             "`learning_rate_decay_fn` must be a LearningRateSchedule or a callable(step). "
-            f"Received: learning_rate_decay_fn={learning_rate_decay_fn!r}"
+            f"Received: learning_rate_decay_fn={learning_rate_decay_fn!r}",
+            learning_rate_decay_fn,
         )
     return _CallableSchedule(learning_rate_decay_fn)
 
@@ -88,10 +90,11 @@ def make_optimizer(optimizer, optimizer_params=None, learning_rate_decay_fn=None
     schedule = _as_schedule(learning_rate_decay_fn)
     if isinstance(optimizer, keras.optimizers.Optimizer):
         if params or schedule is not None:
-            raise ValueError(
+            raise ParamError.said(
+                "optimizer_params", "conflict",
                 "`optimizer_params` and `learning_rate_decay_fn` cannot be given with an optimizer "
                 f"instance. Received: optimizer_params={params!r}, "
-                f"learning_rate_decay_fn={learning_rate_decay_fn!r}"
+                f"learning_rate_decay_fn={learning_rate_decay_fn!r}",
             )
         return optimizer
     if schedule is not None:
@@ -282,7 +285,8 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
     inserted = user_transforms.build(gradient_transforms)
     groups = _checked_groups(optimizer_groups, optimizer, optimizer_params)
     if not callable(loss):
-        raise ValueError(f"`loss` must be a callable `loss(batch) -> scalar`. Received: loss={loss!r}")
+        raise ParamError.said("loss", "wrong_type", f"`loss` must be a callable `loss(batch) -> scalar`. Received: loss={loss!r}",
+                              loss)
 
     if distributed is None:
         from opt_train.distributed import get_backend

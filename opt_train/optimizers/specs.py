@@ -149,8 +149,3 @@ def clip_conflict(values):
     received = ", ".join(f"{key}={values.get(key)}" for key in _CLIPS)
     text = f"Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: {received}"
     return ParamError.said(clips[1], "conflict", text, values[clips[1]])
-
-
-def required_params(name):
-    """The parameters optimizer `name` needs a value for (`momentum` for Momentum)."""
-    return tuple(key for key, param in OPTIMIZER_PARAMS[resolve(name)].items() if param.required)

@@ -29,7 +29,7 @@ import tensorflow as tf
 from opt_train.errors import ParamError
 from opt_train.optimizers.accumulation import AccumulateState
 from opt_train.optimizers.finite import FiniteState, l2_norm
-from opt_train.optimizers.freezing import split_frozen, variable_path
+from opt_train.optimizers.freezing import check_left_to_train, split_frozen, variable_path
 from opt_train.optimizers.larc import LarcState
 from opt_train.optimizers.loss_scaling import ScaleState
 from opt_train.optimizers.optimizer_groups import OptimizerGroups
@@ -94,9 +94,10 @@ class TrainOp(tf.Module):
         source = self._var_list
         if source is None:
             if batch is None:
-                raise ValueError(
+                raise ParamError.said(
+                    "batch", "missing",
                     "`var_list` is None, so the variables are found by running the loss once: "
-                    "call `build(batch)` or pass `var_list`. Received: batch=None"
+                    "call `build(batch)` or pass `var_list`. Received: batch=None",
                 )
             with tf.GradientTape() as tape:
                 self.loss_fn(batch)
@@ -119,14 +120,7 @@ class TrainOp(tf.Module):
         if not variables and not frozen:
             raise ParamError("var_list", "missing", "holds no trainable variable", text="No variable to train: "
                              "var_list (or, without one, the trainable variables the loss reads) is empty.")
-        if not variables:
-            raise ParamError(
-                "freeze_variables_regex", "out_of_range",
-                f"matches all {len(frozen)} variables: no variable left to train", self._freeze_regex,
-                key="freeze_variables_regex",
-                text="No variable left to train. Received: freeze_variables_regex="
-                f"{self._freeze_regex!r} matched all {len(frozen)} variables",
-            )
+        check_left_to_train(variables, frozen, self._freeze_regex)
         self.variables_to_train = variables
         self.frozen_variables = frozen
         with self.backend.scope():
@@ -317,9 +311,10 @@ class TrainOp(tf.Module):
             return  # the mesh backend's iterator lays each batch out eagerly (`backend.distribute`)
         if not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
             # A Python iterator would be read once, while tracing: every step would see one batch.
-            raise ValueError(
+            raise ParamError.said(
+                "iterator", "wrong_type",
                 "`iterator` must be a tf.data iterator (`iter(dataset)`). "
-                f"Received: iterator of type {type(iterator).__name__}"
+                f"Received: iterator of type {type(iterator).__name__}",
             )
 
     def update(self, iterator, summarize=False, statistics=True):
@@ -406,9 +401,10 @@ class TrainOp(tf.Module):
     def __call__(self, batch, summarize=False, statistics=True):
         """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""
         if self._strategy is not None:
-            raise ValueError(
+            raise ParamError.said(
+                "batch", "conflict",
                 "Under tf.distribute the train op reads its batches itself: call "
-                "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch"
+                "`update(iterator)` with `iter(backend.distribute(dataset))`. Received: a batch",
             )
         if self._mesh is not None:
             batch = self.backend.place_batch(batch)

@@ -20,6 +20,8 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
+from opt_train.errors import ParamError
+
 
 class EmptyState(NamedTuple):
     """The state of a transform that keeps none."""
@@ -78,7 +80,7 @@ def named_chain(*named_transforms):
     """
     names = [name for name, _ in named_transforms]
     if len(set(names)) != len(names):
-        raise ValueError(f"Stage names must be unique. Received: names={names}")
+        raise ParamError.said("names", "conflict", f"Stage names must be unique. Received: names={names}", names)
 
     def init(variables):
         return {name: t.init(variables) for name, t in named_transforms}

@@ -118,15 +118,6 @@ def check_entry(index, entry):
     return {"factory": factory, "params": dict(params), "after": after}
 
 
-def check_specs(specs):
-    """The `gradient_transforms` list, each entry checked (TF-free); the first problem is raised."""
-    if specs is None:
-        return ()
-    if not isinstance(specs, (list, tuple)):
-        raise ParamError.at(KEY, "wrong_type", f"must be a list of transforms. Received: {specs!r}")
-    return tuple(check_entry(index, entry) for index, entry in enumerate(specs))
-
-
 def split_factory(target, key):
     """`("module", "function")` of a factory string; a built-in name gives its module."""
     target = BUILTIN_TRANSFORMS.get(target, target)

@@ -15,29 +15,22 @@ import shutil
 import subprocess
 
 from opt_train.config import ConfigError, ConfigIssue
+from opt_train.config import sweep_block
+from opt_train.errors import ParamError
 
 VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"
 GPUS_OPTION = "--gpus"
-# An index, or a GPU's or MIG instance's UUID as nvidia-smi -L prints it.
-_GPU_NAME = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z-]+)$")
 _SMI_LINE = re.compile(r"^GPU (\d+):")
 SMI_SECONDS = 10
 
 
-def parse_gpus(text):
-    """`"0,1,2,3"` as `("0", "1", "2", "3")`; a `ConfigError` at --gpus for an empty, repeated or unreadable name."""
-    names = tuple(part.strip() for part in str(text).split(","))
-    problem = None
-    if not all(names):
-        problem = "is empty or has an empty entry; give GPU indices or UUIDs, e.g. 0,1,2,3"
-    elif any(not _GPU_NAME.match(name) for name in names):
-        bad = next(name for name in names if not _GPU_NAME.match(name))
-        problem = f"{bad!r} is not a GPU index or UUID (e.g. 0,1,2,3 or GPU-5f3c...)"
-    elif len(set(names)) < len(names):
-        problem = "names a GPU twice; each GPU is given to one trial at a time"
-    if problem:
-        raise ConfigError([ConfigIssue(GPUS_OPTION, 0, "", "wrong_type", problem, text)])
-    return names
+def parse_gpus(text, where=GPUS_OPTION):
+    """`"0,1,2,3"` as `("0", "1", "2", "3")` (`sweep_block.gpus`); a `ConfigError` at `where` for an empty, repeated
+    or unreadable name."""
+    try:
+        return sweep_block.gpus(text)
+    except ParamError as error:
+        raise ConfigError([ConfigIssue(where, 0, "", error.code, error.message, text)]) from None
 
 
 def _smi_gpus():
@@ -54,14 +47,14 @@ def _smi_gpus():
     return tuple(match.group(1) for match in map(_SMI_LINE.match, listing.stdout.splitlines()) if match)
 
 
-def find_gpus(option=None, environ=None):
+def find_gpus(option=None, environ=None, where=GPUS_OPTION):
     """`(gpu names, where they came from)`: `--gpus`, else `CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`, else
     `((), None)`.
 
     `CUDA_VISIBLE_DEVICES` set empty or to -1 hides every GPU (CUDA's own reading): none.
     """
     if option is not None:
-        return parse_gpus(option), f"{GPUS_OPTION} {option}"
+        return parse_gpus(option, where), f"{where} {option}"
     environ = os.environ if environ is None else environ
     visible = environ.get(VISIBLE_VARIABLE)
     if visible is not None:

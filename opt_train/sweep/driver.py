@@ -20,6 +20,9 @@ import types
 
 from opt_train.atomic import write_json
 from opt_train.config import ConfigError, ConfigIssue, load_config
+# The defaults of `--heartbeat-secs` / `sweep.heartbeat_secs` and `--max-trial-retries`: a trial whose worker sent
+# no heartbeat for twice the seconds is queued again, at most that many times.
+from opt_train.config.sweep_block import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES
 from opt_train.errors import INTERRUPTED_EXIT_CODES
 from opt_train.sweep import devices, hparams
 from opt_train.sweep import study as studies
@@ -52,10 +55,6 @@ LOCK_FILE = ".trial.lock"
 DRIVER = "driver"
 # Seconds between looks for trials left running by a worker that died on this machine.
 ORPHAN_POLL_SECONDS = 2.0
-# `--heartbeat-secs` and `--max-trial-retries` by default: a trial whose worker sent no heartbeat for
-# twice the seconds is queued again, at most that many times.
-HEARTBEAT_SECONDS = 60
-MAX_TRIAL_RETRIES = 2
 
 
 class TrialConfigError(ConfigError):

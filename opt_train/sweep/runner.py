@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from opt_train.errors import signal_exit_code
+from opt_train.errors import ParamError, signal_exit_code
 
 # Seconds between looks at the running processes when none of them ends sooner (a process's
 # end wakes the pool at once where the platform has pidfds: Linux >= 5.3).
@@ -114,7 +114,7 @@ def run_jobs(jobs, parallel, on_start=None, on_finish=None):
     goes on.
     """
     if parallel < 1:
-        raise ValueError(f"`parallel` must be >= 1. Received: parallel={parallel}")
+        raise ParamError.said("parallel", "out_of_range", f"`parallel` must be >= 1. Received: parallel={parallel}", parallel)
     source = iter(jobs)
     exhausted = False
     running = []

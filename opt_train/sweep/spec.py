@@ -27,14 +27,6 @@ __all__ = ["Distribution", "SweepOptions", "SweepSpec", "build_spec", "metric_pr
 # Trials one sweep may plan: past this, planning (and checking every trial's config) would
 # take longer than a user waits for a first line; split the sweep or sample instead.
 MAX_TRIALS = 10_000
-# The figures of final_metrics.json besides the evaluation's.
-RUN_FIGURES = ("train/loss", "global_step", "skipped_steps")
-# What each task kind's evaluation reports (opt_train.data.task.Task.make_metrics / finalize).
-EVAL_FIGURES = {
-    "classification": ("loss", "accuracy"),
-    "sequence": ("loss", "accuracy", "perplexity"),
-    "regression": ("loss", "mse", "mae"),
-}
 
 # Where problems with `--grid` / `--random` etc. are said to come from.
 GRID_OPTION = "--grid"
@@ -125,26 +117,30 @@ def split_values(text):
     return parts
 
 
+def _bad_grid(text):
+    return ParamError(None, "wrong_type", text, text=text)
+
+
 def parse_grid_option(text):
     """`"optimizer=Adam,Momentum"` -> `("optimizer", ["Adam", "Momentum"])`; values read as YAML.
 
-    Raises `ValueError` saying what is wrong.
+    Raises `ParamError` (a ValueError) saying what is wrong; the caller files it at `--grid`.
     """
     if "=" not in text:
-        raise ValueError("expected KEY=V1,V2,..., e.g. optimizer_params.learning_rate=0.1,0.01")
+        raise _bad_grid("expected KEY=V1,V2,..., e.g. optimizer_params.learning_rate=0.1,0.01")
     key, raw = (part.strip() for part in text.split("=", 1))
     if not key or not all(part.strip() for part in key.split(".")):
-        raise ValueError("expected a dotted key before '='")
+        raise _bad_grid("expected a dotted key before '='")
     texts = split_values(raw)
     if not raw or any(not item for item in texts):
-        raise ValueError("expected a comma-separated list of values after '=', none of them empty")
+        raise _bad_grid("expected a comma-separated list of values after '=', none of them empty")
     values = []
     for item in texts:
         try:
             values.append(parse_scalar(item))
         except yaml.YAMLError as error:
             problem = getattr(error, "problem", None) or "invalid YAML"
-            raise ValueError(f"the value {item!r} is not valid YAML ({problem})") from None
+            raise _bad_grid(f"the value {item!r} is not valid YAML ({problem})") from None
     return key, values
 
 
@@ -203,18 +199,10 @@ def _count(grid):
 
 
 def metric_problem(metric, config):
-    """Why no trial of `config` can report `metric` (a did-you-mean), or None."""
-    from opt_train.data.objective_names import resolve_metric
+    """Why no trial of the loaded `config` reports `metric` (`sweep_block.metric_problem`), or None."""
     from opt_train.data.registry import task_kind
 
-    kind = task_kind(config.data, config.data_params)
-    names = [*EVAL_FIGURES.get(kind, ()), *(resolve_metric(name) for name in getattr(config, "metrics", ()))]
-    known = [*RUN_FIGURES, *(f"eval/{name}" for name in names)]
-    if metric in known:
-        return None
-    hint = closest(metric, known)
-    return (f"no trial reports {metric!r}; " + (f"did you mean '{hint}'?" if hint else "")
-            + f" ({kind} runs report {', '.join(known)})")
+    return rules.metric_problem(metric, task_kind(config.data, config.data_params), config.metrics)
 
 
 def _option_grids(texts, issues):

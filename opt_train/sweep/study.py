@@ -269,10 +269,6 @@ def _without_password(url):
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1@", url)
 
 
-def _fixed_key(fixed):
-    return render([[key, encode(value)] for key, value in fixed])
-
-
 def top_up(study, plan):
     """Queues the entries of `plan.queue` the study does not have yet for this base config; returns how many."""
     have = {}

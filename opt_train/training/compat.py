@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from opt_train.errors import ParamError
+
 # Variables OpenSeq2Seq's default initializer reached: the weights made by
 # tf.get_variable with no initializer of their own, i.e. the layers' kernels.
 _INITIALIZED = ("kernel", "embeddings")
@@ -20,7 +22,7 @@ def keras_initializer(config):
     try:
         return keras.initializers.get({"class_name": config.initializer, "config": params})
     except TypeError as error:
-        raise ValueError(f"`initializer_params` do not fit {config.initializer}: {error}") from None
+        raise ParamError.at("initializer_params", "unknown_key", f"do not fit {config.initializer}: {error}") from None
 
 
 def apply_initializer(model, config):

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train.data.objective_names import monitor_direction
+from opt_train.errors import ParamError
 
 
 def improved(score, best, min_delta, direction):
@@ -80,9 +81,10 @@ class LearningRateControl:
         if results:
             score = results.get(self.params["monitor"])
             if score is None:
-                raise ValueError(
-                    f"`lr_control.monitor` is not an eval metric. Received: monitor={self.params['monitor']!r}; "
-                    f"eval metrics: {', '.join(sorted(results))}"
+                raise ParamError.at(
+                    "lr_control.monitor", "unknown_name",
+                    f"is not an eval metric (this run's evaluation reports {', '.join(sorted(results))})",
+                    self.params["monitor"],
                 )
             getattr(self, f"_{self.mode}")(float(score), float(base_rate))
         if self.backend.size > 1:
@@ -240,7 +242,10 @@ class Controls:
             if results:
                 monitor = self.early.params["monitor"]
                 if monitor not in results:
-                    raise ValueError(f"`early_stopping.monitor` is not an eval metric. Received: monitor={monitor!r}")
+                    raise ParamError.at(
+                        "early_stopping.monitor", "unknown_name",
+                        f"is not an eval metric (this run's evaluation reports {', '.join(sorted(results))})", monitor,
+                    )
                 self.early.after_evaluation(float(results[monitor]))
             if self.backend.size > 1:
                 self.backend.broadcast_variables(list(self.early.state.values()), root_rank=0)

@@ -1,4 +1,5 @@
-"""`early_stopping.monitor` / `lr_control.monitor` are judged at validate, against the names a real evaluation reports."""
+"""The keys judged at validate against what a real evaluation reports: `early_stopping.monitor`, `lr_control.monitor`,
+`metrics` against the labels the task gives."""
 
 import pytest
 
@@ -20,7 +21,8 @@ def issues_of(tmp_path, text):
     ("early_stopping: {monitor: acuracy}\n", "early_stopping.monitor", "accuracy", 3),
     ("lr_control:\n  mode: plateau\n  monitor: los\n", "lr_control.monitor", "loss", 5),
     ("data: synthetic_regression\nearly_stopping:\n  monitor: accuracy\n", "early_stopping.monitor", None, 5),
-    ("metrics: [precision]\nearly_stopping: {monitor: precison}\n", "early_stopping.monitor", "precision", 4),
+    ("metrics: [sparse_top_k_categorical_accuracy]\nearly_stopping: {monitor: sparse_top_k_categorical_acuracy}\n",
+     "early_stopping.monitor", "sparse_top_k_categorical_accuracy", 4),
 ])
 def test_a_monitor_the_evaluation_does_not_report_is_refused_at_validate(tmp_path, text, key, suggestion, line):
     [issue] = issues_of(tmp_path, text)
@@ -40,13 +42,14 @@ def test_validate_refuses_a_monitor_typo_with_exit_2_in_one_line(cli, tmp_path):
 
 
 def test_a_monitor_without_a_direction_needs_min_or_max(tmp_path):
-    [issue] = issues_of(tmp_path, "metrics: [true_positives]\nearly_stopping: {monitor: true_positives}\n")
+    regression = "data: synthetic_regression\n"  # the confusion counts read a regression's targets, not class ids
+    [issue] = issues_of(tmp_path, regression + "metrics: [true_positives]\nearly_stopping: {monitor: true_positives}\n")
     assert (issue.key, issue.code) == ("early_stopping.mode", "conflict")
     path = tmp_path / "ok.yaml"
-    path.write_text(HEAD + "metrics: [true_positives]\nearly_stopping: {monitor: true_positives, mode: max}\n"
-                    "lr_control: {mode: plateau, monitor: accuracy, monitor_mode: max}\n")
+    path.write_text(HEAD + regression + "metrics: [true_positives]\nearly_stopping: {monitor: true_positives, mode: max}\n"
+                    "lr_control: {mode: plateau, monitor: mae, monitor_mode: min}\n")
     config = load_config([path])
-    assert config.early_stopping["mode"] == "max" and config.lr_control["monitor_mode"] == "max"
+    assert config.early_stopping["mode"] == "max" and config.lr_control["monitor_mode"] == "min"
     [issue] = issues_of(tmp_path, "early_stopping: {mode: maxi}\n")
     assert (issue.key, issue.code) == ("early_stopping.mode", "unknown_name") and "'max'" in issue.message
 
@@ -104,3 +107,69 @@ def test_a_sweep_ranks_an_eval_metric_the_way_early_stopping_does():
     for name in sorted(objective_names.HIGHER_IS_BETTER | objective_names.LOWER_IS_BETTER):
         assert default_mode(f"eval/{name}") == objective_names.monitor_direction(name), name
     assert default_mode("eval/bleu") == "max" and default_mode("eval/wer") == "min"
+
+
+@pytest.mark.parametrize("data, metric", [
+    ("digits", "auc"), ("digits", "f1_score"), ("digits", "categorical_accuracy"),
+    ("synthetic_regression", "sparse_categorical_crossentropy"),
+])
+def test_validate_refuses_a_metric_that_cannot_read_the_tasks_labels_in_one_line(cli, tmp_path, data, metric):
+    path = tmp_path / "run.yaml"
+    path.write_text(HEAD + f"data: {data}\nmetrics: [accuracy, {metric}]\n")
+    result = cli("validate", "--config", path)
+    assert result.exit_code == 2, result.output
+    [error] = [row for row in result.output.splitlines() if row.startswith("Error:")]
+    assert error.startswith(f"Error: {path}:4: metrics[1]: reads ") and error.endswith(f"Received: '{metric}' [conflict]")
+    assert "Traceback" not in result.output
+
+
+def test_a_loss_and_model_of_ones_own_say_how_labels_are_read_and_the_metric_is_left_to_them(tmp_path):
+    (tmp_path / "one_unit.py").write_text("def build(task):\n    raise NotImplementedError  # a sigmoid unit\n")
+    path = tmp_path / "run.yaml"
+    path.write_text(HEAD + "model: {factory: 'one_unit:build'}\nloss: binary_crossentropy\nmetrics: [auc]\n")
+    assert load_config([path]).metrics == ("auc",)
+
+
+@pytest.mark.parametrize("data, loss", [
+    ("digits", "categorical_crossentropy"), ("digits", "mse"), ("synthetic_regression", "sparse_categorical_crossentropy"),
+])
+def test_validate_refuses_a_loss_that_cannot_read_a_built_in_models_output_in_one_line(cli, tmp_path, data, loss):
+    """Failed before: validate passed, and train ended at its first step with Keras's shape error and exit 1."""
+    path = tmp_path / "run.yaml"
+    path.write_text(HEAD + f"data: {data}\nloss: {loss}\n")
+    result = cli("validate", "--config", path)
+    assert result.exit_code == 2, result.output
+    [error] = [row for row in result.output.splitlines() if row.startswith("Error:")]
+    assert error.startswith(f"Error: {path}:4: loss: reads ") and error.endswith(f"Received: '{loss}' [conflict]")
+
+
+def test_what_a_refused_loss_does_to_class_ids_and_logits():
+    """The reference: Keras's own losses on what a built-in classifier gives them."""
+    import keras
+    import numpy as np
+
+    labels, logits = np.array([0, 2, 1]), np.zeros((3, 4), "float32")
+    with pytest.raises(ValueError, match="same rank"):
+        keras.losses.CategoricalCrossentropy(from_logits=True)(labels, logits)
+    sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
+    assert float(sparse) == pytest.approx(np.log(4.0))
+
+
+def test_what_a_refused_metric_would_report_on_class_ids():
+    """The reference: on class ids against logits, Keras's one-hot metrics fail or report another figure than
+    the class-id one (a NumPy argmax match); the class-id metrics report it."""
+    import keras
+    import numpy as np
+
+    labels = np.array([0, 2, 1, 2, 0, 1])
+    logits = np.random.default_rng(0).normal(size=(6, 3)).astype("float32")
+    expected = float(np.mean(np.argmax(logits, axis=1) == labels))
+    sparse = keras.metrics.SparseCategoricalAccuracy()
+    sparse.update_state(labels, logits)
+    assert float(sparse.result()) == pytest.approx(expected)
+    assert "sparse_categorical_accuracy" in objective_names.CLASS_ID_METRICS
+    one_hot = keras.metrics.CategoricalAccuracy()
+    one_hot.update_state(labels, logits)
+    assert float(one_hot.result()) != pytest.approx(expected)
+    with pytest.raises(ValueError, match="expects 2D inputs"):
+        keras.metrics.F1Score().update_state(labels, logits)

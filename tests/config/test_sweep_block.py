@@ -67,3 +67,36 @@ def test_an_option_that_names_a_reserved_key_is_reported_at_the_option():
     result = CliRunner().invoke(cli, ["sweep", "-c", str(CONFIGS / "default.yaml"), "--grid", "logdir=a,b", "--dry-run"])
     assert result.exit_code == 2
     assert "--grid: logdir: is set by the sweep for every trial and cannot be swept [conflict]" in result.output
+
+
+# `sweep.metric` against what a trial of this config reports (`eval_metric_names`: the task's, `loss`, `metrics`).
+METRIC_HEAD = "max_steps: 2\neval_steps: 2\n"
+
+
+@pytest.mark.parametrize("text, line, said", [
+    ("sweep:\n  grid: {optimizer_params.learning_rate: [0.1, 0.01]}\n  metric: eval/acuracy\n", 5,
+     "did you mean 'eval/accuracy'?"),
+    ("data: synthetic_regression\nsweep: {repeats: 2, metric: eval/accuracy}\n", 4,
+     "(regression runs report train/loss, global_step, skipped_steps, eval/loss, eval/mse, eval/mae)"),
+    ("metrics: [sparse_top_k_categorical_accuracy]\nsweep: {repeats: 2, metric: eval/sparse_top_k_acuracy}\n", 4,
+     "did you mean 'eval/sparse_top_k_categorical_accuracy'?"),
+])
+def test_validate_refuses_a_sweep_metric_no_trial_reports_in_one_line(tmp_path, text, line, said):
+    path = tmp_path / "run.yaml"
+    path.write_text(METRIC_HEAD + text)
+    result = CliRunner().invoke(cli, ["validate", "-c", str(path)])
+    assert result.exit_code == 2, result.output
+    [error] = [row for row in result.output.splitlines() if row.startswith("Error:")]
+    assert error.startswith(f"Error: {path}:{line}: sweep.metric: no trial reports ")
+    assert error.endswith("[unknown_name]")
+    assert said in error
+    assert "Traceback" not in result.output
+
+
+def test_a_sweep_metric_of_the_configs_own_metrics_or_run_figures_loads(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(METRIC_HEAD + "metrics: [sparse_top_k_categorical_accuracy]\n"
+                    "sweep: {repeats: 2, metric: eval/sparse_top_k_categorical_accuracy}\n")
+    assert load_config([str(path)]).sweep["metric"] == "eval/sparse_top_k_categorical_accuracy"
+    load_config([str(path)], ["sweep.metric=train/loss"])
+    load_config([str(path)], ["data=synthetic_regression", "metrics=[]", "sweep.metric=eval/mae"])

@@ -8,7 +8,6 @@ import tensorflow as tf
 
 from opt_train.optimizers.mixed_precision import (
     MixedPrecisionOptimizerWrapper,
-    compute_dtype,
     dtype_policy_name,
     needs_master_weights,
 )
@@ -24,7 +23,6 @@ from opt_train.optimizers.pipeline import optimize_loss
 def test_policy_names_match_keras(dtype, variable_dtype, computed):
     policy = keras.DTypePolicy(dtype_policy_name(dtype))
     assert (policy.variable_dtype, policy.compute_dtype) == (variable_dtype, computed)
-    assert compute_dtype(dtype) == computed
     assert needs_master_weights(dtype) == (variable_dtype != "float32")
 
 

@@ -2,11 +2,13 @@
 
 The trials run as the tasks of one `sbatch --array` job and give the same table as the
 local launcher; an array task cancelled with `scancel` is left for the next run of the
-same command, which resubmits only it and finishes the sweep. Bad flags are one line, exit 2.
+same command, which resubmits only it and finishes the sweep; a task still running when the sweep is run
+again (its driver killed) is waited for, not resubmitted. Bad flags are one line, exit 2.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +105,41 @@ def test_without_slurm_commands_the_slurm_launcher_is_refused(cli, tmp_path, mon
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("Error: --launcher slurm: sbatch, squeue, scancel not found on PATH"), last
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+def test_a_rerun_while_a_trials_task_still_runs_waits_for_it_and_submits_nothing(slurm_cluster, tmp_path):
+    """The twin of the cancelled task: the sweep's driver is killed (kill -9: it cancels nothing) while the
+    trial's array task waits in the queue (held there by `--begin`, so no trainer holds the trial's folder and
+    only the cluster can say it is alive); the same command run again finds the task alive, waits for it
+    instead of resubmitting, and records the trial from the task's own files."""
+    from opt_train.sweep.slurm import TASKS_FOLDER
+
+    out = tmp_path / "slurm"
+    argv = ["sweep", "--config", CONFIGS / "default.yaml", *SHORT, "--grid", "optimizer_params.learning_rate=0.1",
+            "--out", out, "--launcher", "slurm", "--sbatch-args", "--time=10 --begin=now+15"]
+    environ = {**unlaunched_environ(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)),
+               "SLURM_CONF": slurm_cluster.environ["SLURM_CONF"]}
+    driver = subprocess.Popen([sys.executable, "-m", "opt_train", *map(str, argv)], cwd=REPO, env=environ,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, pending = time.monotonic() + TIMEOUT_SECONDS, []
+        while time.monotonic() < deadline and not pending and driver.poll() is None:
+            states = slurm_cluster.run("squeue", "-h", "-r", "-o", "%i %T", check=False).stdout.split("\n")
+            pending = [line.split()[0] for line in states if line.endswith(" PENDING")]
+            time.sleep(0.2)
+        assert pending, "the trial's array task was never queued"
+    finally:
+        driver.kill()
+        driver.wait()
+    assert pending[0] in slurm_cluster.run("squeue", "-h", "-r", "-o", "%i", check=False).stdout.split()
+
+    again = _sweep(slurm_cluster, *argv[1:])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(list((out / TASKS_FOLDER).glob("*.sh"))) == 1  # waited for the task; submitted nothing
+    [trial] = sorted(out.glob("trial-*"))
+    assert read_json(trial / "trial.json")["status"] == "ok"
+    assert read_json(trial / "final_metrics.json")["global_step"] == 30
+    records = [json.loads(line) for line in (trial / "metrics.jsonl").read_text().splitlines()]
+    assert not any("interrupted" in record for record in records)  # trained once, by that task, to the end
+    assert len(_rows(again.stdout)) == 1

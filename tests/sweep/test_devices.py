@@ -163,3 +163,31 @@ def test_a_real_trial_on_a_gpu_this_machine_lacks_trains_on_the_cpu(tmp_path):
     assert given["status"] == plain["status"] == "ok"
     assert given["gpus"] == ["3"] and "gpus" not in plain
     assert given["metrics"] == plain["metrics"]
+
+
+@pytest.mark.parametrize("args, words", [
+    # The block's GPUs bound --parallel as --gpus does, named as the key they came from.
+    (["--set", "sweep.gpus=[0, 1, 2, 3]", "--parallel", "5"], ["(sweep.gpus 0,1,2,3)", "--parallel 4 or fewer"]),
+    (["--set", "sweep.gpus=0,1,2,3", "--parallel", "5"], ["(sweep.gpus 0,1,2,3)", "--parallel 4 or fewer"]),
+    # --gpus wins over the block.
+    (["--set", "sweep.gpus=[0, 1, 2, 3]", "--gpus", "0,1", "--parallel", "3"], ["(--gpus 0,1)", "--parallel 2 or fewer"]),
+    (["--set", "sweep.gpus=[0, 0]"], ["sweep.gpus: names a GPU twice", "[conflict]"]),
+    (["--set", "sweep.heartbeat_secs=0"], ["sweep.heartbeat_secs: ", "[out_of_range]"]),
+    (["--set", "sweep.max_trial_retries=-1"], ["sweep.max_trial_retries: ", "[out_of_range]"]),
+    (["--set", "sweep.gpus=[0]", "--launcher", "slurm"], ["sweep.gpus: only with --launcher local"]),
+])
+def test_the_sweep_block_gives_the_workers_gpus_and_heartbeat_settings(tmp_path, args, words):
+    code, stderr = opt_sweep("-c", CONFIGS / "default.yaml", "--out", tmp_path / "out",
+                             "--grid", "optimizer_params.learning_rate=0.1,0.2", *args, env={"CUDA_VISIBLE_DEVICES": None})
+    assert code == 2, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+    assert all(word in stderr for word in words), stderr
+
+
+def test_a_worker_setting_is_the_command_lines_else_the_blocks_else_the_default():
+    from opt_train.config.sweep_block import HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES, worker_settings
+
+    block = {"gpus": [2, 3], "heartbeat_secs": 30, "max_trial_retries": 0}
+    assert worker_settings(None) == (None, HEARTBEAT_SECONDS, MAX_TRIAL_RETRIES)
+    assert worker_settings(block) == (("2,3", "sweep.gpus"), 30, 0)
+    assert worker_settings(block, "0", 5, 4) == (("0", "--gpus"), 5, 4)

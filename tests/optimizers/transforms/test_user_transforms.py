@@ -8,7 +8,7 @@ import tensorflow as tf
 from opt_train.optimizers import GradientTransform
 from opt_train.optimizers.pipeline import optimize_loss
 from opt_train.optimizers.transform import init_empty
-from opt_train.optimizers.user_transforms import build, check_specs
+from opt_train.optimizers.user_transforms import build, check_entry
 
 GRAD = np.array([30.0, 40.0, 0.0], np.float32)  # norm 50
 
@@ -142,7 +142,7 @@ def test_a_transform_with_python_control_flow_over_tensors_still_traces(form):
 )
 def test_entry_errors_name_their_key(entry, key, code):
     with pytest.raises(ValueError) as caught:
-        check_specs([entry])
+        check_entry(0, entry)
     assert caught.value.key == f"gradient_transforms{key}"
     assert caught.value.code == code
 
