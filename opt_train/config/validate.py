@@ -126,7 +126,7 @@ def loss_fits_task(values):
 
     if not isinstance(values["loss"], str) or not isinstance(values["model"], str):
         return
-    problem = loss_fit_problem(values["loss"], registry("data").task_kind(values["data"], values["data_params"]))
+    problem = loss_fit_problem(values["loss"], datasets.task_kind(values["data"], values["data_params"]))
     if problem:
         raise ParamError.at("loss", "conflict", problem, values["loss"])
 
@@ -141,7 +141,7 @@ def metrics_fit_task(values):
 
     if values["loss"] not in (None, "sparse_categorical_crossentropy"):
         return
-    kind = registry("data").task_kind(values["data"], values["data_params"])
+    kind = datasets.task_kind(values["data"], values["data_params"])
     errors = [ParamError.at(f"metrics[{index}]", "conflict", problem, name)
               for index, name in enumerate(values["metrics"])
               if (problem := metric_fit_problem(name, kind))]
@@ -189,7 +189,7 @@ def sweep_metric(values):
     if metric is None:
         return
     metric = metric.strip()
-    problem = metric_problem(metric, registry("data").task_kind(values["data"], values["data_params"]),
+    problem = metric_problem(metric, datasets.task_kind(values["data"], values["data_params"]),
                              values["metrics"])
     if problem:
         raise ParamError.at("sweep.metric", "unknown_name", problem, metric)
