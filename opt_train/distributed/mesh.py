@@ -122,6 +122,7 @@ class MeshBackend(Backend):
         self.size = self.axes[self.batch_axis] if self.batch_axis else 1
         self.rank_timeout = rank_timeout
         self._tf = tf
+        self._plain = {}  # id(DVariable) -> (it, its plain whole copy): `unsharded`
         if cluster is not None and cluster.num_workers > 1:
             self._join(cluster, mesh_batch_axis, startup_timeout)
         else:
@@ -293,7 +294,13 @@ class MeshBackend(Backend):
         check_step(function, *args)
 
     def read(self, value):
-        """A DTensor (or variable) as a NumPy array: relaid out whole, then one device's copy."""
+        """A DTensor (or variable) as a NumPy array: relaid out whole, then one device's copy.
+
+        Across workers, from this worker's own shards, with no collective: the chief reads alone
+        (evaluation, export), and a collective the others do not run would leave DTensor's
+        collective keys out of step between the workers (the next save hung). A worker's devices
+        hold every shard of a variable not laid out on the batch axis (`process_batch_shards`).
+        """
         from tensorflow.experimental import dtensor
 
         from opt_train.optimizers.mesh_state import tf_variable
@@ -302,15 +309,36 @@ class MeshBackend(Backend):
         value = value.read_value() if isinstance(value, self._tf.Variable) else value
         if not dtensor.is_dtensor(value):
             return value.numpy()
+        if self._workers > 1:
+            return self._from_local_shards(value)
         value = dtensor.relayout(value, self.layout([None] * value.shape.rank))
         return dtensor.unpack(value)[0].numpy()
+
+    def _from_local_shards(self, value):
+        """The whole value of a DTensor put together from this worker's devices' components."""
+        import numpy as np
+        from tensorflow.experimental import dtensor
+
+        spec = dtensor.fetch_layout(value).sharding_specs
+        names, shape = list(self.axes), tuple(self.axes.values())
+        whole = None
+        for device, component in zip(self.mesh.local_device_ids(), dtensor.unpack(value)):
+            component = component.numpy()
+            if whole is None:
+                whole = np.empty(tuple(value.shape), component.dtype)
+            where = dict(zip(names, np.unravel_index(device, shape)))
+            whole[tuple(slice(where[axis] * size, (where[axis] + 1) * size) if axis in where else slice(None)
+                        for axis, size in zip(spec, component.shape))] = component
+        return whole
 
     @contextlib.contextmanager
     def unsharded(self, variables):
         """Within: each Keras variable of `variables` on a DVariable holds its whole value in a plain variable.
 
-        For what must see an ordinary model (the export: `model.keras` and the SavedModel);
-        the DVariables come back on exit, unchanged.
+        For what must see an ordinary model (the export: `model.keras` and the SavedModel; across
+        workers also the chief's evaluation). The plain variables are kept from one call to the
+        next and assigned anew, so that a function traced over them reads the current values. The
+        DVariables come back on exit, unchanged.
         """
         from opt_train.optimizers.mesh_state import is_dvariable
 
@@ -320,8 +348,13 @@ class MeshBackend(Backend):
                 if is_dvariable(variable):
                     inner = variable._value
                     saved.append((variable, inner))
-                    variable._value = self._tf.Variable(self.read(inner), trainable=inner.trainable,
-                                                        name=inner.name.split(":")[0])
+                    plain = self._plain.get(id(inner))
+                    if plain is None:
+                        plain = self._plain[id(inner)] = (inner, self._tf.Variable(
+                            self.read(inner), trainable=inner.trainable, name=inner.name.split(":")[0]))
+                    else:
+                        plain[1].assign(self.read(inner))
+                    variable._value = plain[1]
             yield
         finally:
             for variable, inner in saved:

@@ -2,7 +2,7 @@
 
 Two tf workers of 2 logical CPU devices each form one `{batch: 2, model: 2}` mesh with every
 kernel's output dimension on `model`; each worker reads its own half of the global batch of 32.
-The run must report the losses (within 1e-4) and end with the weights and optimizer state
+The run must report the losses and evaluations (within 1e-4) and end with the weights and optimizer state
 (within 1e-5) of one process without a mesh on the same global batch, and a checkpoint the
 workers wrote at step 3 must resume in one process without a mesh to that same end. The
 workers run as real processes (the launcher's TF_CONFIG, DTensor's multi-client set-up); the
@@ -16,7 +16,7 @@ import yaml
 
 from tests.distributed.test_mesh import train_here
 from tests.distributed.test_tf_launch_e2e import ENV, assert_equal_runs, opt_train
-from tests.support import REPO
+from tests.support import REPO, read_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,8 @@ RUN = {
     "print_loss_steps": 1,
     "save_summaries_steps": None,
     "save_checkpoint_steps": 3,
-    "eval_steps": None,
+    # The chief evaluates mid-run, alone, while the other worker waits in the next step.
+    "eval_steps": 3,
     "export": False,
     "random_seed": 0,
 }
@@ -67,9 +68,18 @@ def runs(tmp_path_factory):
     return tmp, output
 
 
+def evaluations(logdir):
+    return {record["step"]: record["eval/loss"] for record in read_jsonl(logdir / "metrics.jsonl")
+            if "eval/loss" in record}
+
+
 def test_two_workers_on_one_2x2_mesh_equal_one_process_on_the_global_batch(runs):
     tmp, output = runs
     assert_equal_runs(tmp / "workers", tmp / "reference", range(1, 7))
+    evaluated, expected = evaluations(tmp / "workers"), evaluations(tmp / "reference")
+    assert sorted(evaluated) == sorted(expected) == [3, 6]
+    for step, loss in expected.items():
+        assert abs(evaluated[step] - loss) <= 1e-4, (step, evaluated[step], loss)
     # Each worker says what it is, and that the mesh spans both.
     assert "mesh: 2 workers of 2 CPU devices each form one 4-device mesh" in output
     assert "[worker 1] worker 1 of 2: global batch 32" in output
