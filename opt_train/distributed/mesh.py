@@ -1,4 +1,4 @@
-"""The DTensor mesh backend: one process, the model and every piece of state laid out on a device mesh.
+"""The DTensor mesh backend: the model and all its state laid out on one device mesh, of one process or of workers.
 
 A fourth way to place a run, beside one process, tf.distribute replicas/workers and
 Horovod (`mesh:` / `layouts:` in YAML): the devices (GPUs, or on a machine without
@@ -27,10 +27,12 @@ between the workers (`mesh_layout.process_batch_shards`), so each reads its own 
 the global batch, as a tf.distribute worker does, and packs each piece on the devices of
 its batch shard; every other axis lies inside one process. Each worker writes its own
 shards into the one checkpoint (DTensor's save is collective and merges them on a shared
-`logdir`); the chief alone evaluates and exports, its collectives all inside its own
-devices. DTensor's multi-client `shutdown_accelerator_system` fails, so a worker ends
-without it (after `leave`'s barrier), and its multi-client `DTensorDataset` is not
-implemented (b/271162918), so batches are packed here.
+`logdir`); the chief alone evaluates and exports, on plain copies of the weights put
+together from its own devices' shards (`read`): a DTensor collective only one worker runs
+leaves the workers' collective keys out of step, and their next collective hangs.
+DTensor's multi-client `shutdown_accelerator_system` fails, so a worker ends without it
+(after `leave`'s barrier), and its multi-client `DTensorDataset` is not implemented
+(b/271162918), so batches are packed here.
 
 `DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=0` must be set before TensorFlow
 starts: with it on, TF 2.21's combine pass can make a read of a DVariable return its
@@ -96,13 +98,18 @@ def mesh_devices_here(count):
 
 
 class MeshBackend(Backend):
-    """One process whose devices form a DTensor mesh (see the module docstring).
+    """The devices of one process, or of every worker of a cluster, as one DTensor mesh (see the module docstring).
 
     Args:
         mesh: the config's `mesh` value, `{axis: size}` in order.
         layouts: `{regex: [axis or None per dimension]}` (the config's `layouts`).
         mesh_batch_axis: the axis the batch is sharded on. Defaults to `"batch"`;
             a mesh without that axis replicates the batch.
+        cluster: an `opt_train.distributed.cluster.Cluster` of several workers, whose
+            devices form the mesh together; None (or one worker) for this process alone.
+        startup_timeout: seconds a worker waits for the others to start
+            (`startup.wait_for_workers`); None: TensorFlow's own wait.
+        rank_timeout: kept for the interface; DTensor's collectives take no bound from it.
     """
 
     def __init__(self, mesh, layouts=None, mesh_batch_axis="batch", cluster=None, startup_timeout=None,
