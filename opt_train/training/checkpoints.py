@@ -184,7 +184,8 @@ class Checkpoints:
                 self._save_and_discard(step)
             return None
         if self._manager is None:
-            self.remove_debris()
+            if not self.together:  # the others may be writing their parts into `ckpt-N_temp` already
+                self.remove_debris()
             self._manager = tf.train.CheckpointManager(
                 self.checkpoint, self.directory, max_to_keep=self.max_to_keep, step_counter=self.step_counter
             )
