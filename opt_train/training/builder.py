@@ -127,6 +127,10 @@ def backend_for(config):
         from opt_train.distributed.cluster import cluster_from_environment
 
         cluster = cluster_from_environment()
+    if cluster is not None and cluster.num_workers > 1:
+        from opt_train.config.validate import check_placement
+
+        check_placement(config, cluster.num_workers)  # as `train --np` asked before starting the workers
     with _config_key(config, "mesh"):
         return MeshBackend(mesh, config.layouts, config.mesh_batch_axis, cluster=cluster,
                            startup_timeout=config.startup_timeout_secs, rank_timeout=config.rank_timeout_secs)

@@ -146,6 +146,9 @@ def test_validate_np_accepts_a_mesh_whose_batch_axis_the_workers_split(tmp_path)
     ("mesh: {model: 4}\n", "mesh", "needs the batch axis"),
     # Fully sharded: the chief, evaluating alone, could not gather a kernel split across the workers.
     ("mesh: {batch: 4}\nlayouts:\n  '.*kernel': [batch, null]\n", "layouts", "spans the 2 processes"),
+    # The chief's decision after an evaluation it ran alone (and its best checkpoint, a save of its own).
+    (MESH + "eval_steps: 5\nrestore_best_checkpoint: true\n", "restore_best_checkpoint",
+     "not with a mesh across 2 workers yet"),
 ])
 def test_validate_and_train_np_refuse_a_mesh_the_workers_cannot_share(tmp_path, text, key, words):
     path = write(tmp_path, text + f"logdir: {tmp_path / 'run'}\n")
