@@ -162,6 +162,25 @@ def test_validate_and_train_np_refuse_a_mesh_the_workers_cannot_share(tmp_path, 
     assert not (tmp_path / "run").exists()  # refused before any worker started
 
 
+def test_a_tf_config_worker_refuses_a_mesh_the_workers_cannot_share_before_tensorflow_starts(tmp_path):
+    """A worker a cluster launcher started (TF_CONFIG, not --np): `validate` and `train` ask as `--np 2` does."""
+    import json
+
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli as group
+
+    text = "distributed: tf\nmesh: {model: 2, batch: 2}\n"
+    path = write(tmp_path, text + f"logdir: {tmp_path / 'run'}\n")
+    cluster = {"cluster": {"worker": ["localhost:23001", "localhost:23002"]}, "task": {"type": "worker", "index": 1}}
+    env = {**CLEAN, "TF_CONFIG": json.dumps(cluster)}
+    for command in ("validate", "train"):
+        result = CliRunner().invoke(group, [command, "--config", str(path)], env=env, catch_exceptions=False)
+        assert result.exit_code == 2, result.output
+        assert f"{path}:3: mesh:" in result.output and "put 'batch' first" in result.output, result.output
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("text, words", [
     # 10 classes on a model axis of 4: the logits kernel (128, 10) cannot be split
     ("mesh: {batch: 1, model: 4}\nlayouts:\n  '.*kernel': [null, model]\n", "does not divide"),
