@@ -137,7 +137,7 @@ def _launch(config, configs, overrides, flags, num_proc, hosts, ssh, max_restart
     from opt_train.config.validate import check_placement
 
     with user_errors():
-        check_placement(workers)  # a mesh is one process: refused before any worker starts
+        check_placement(workers, num_proc)  # a mesh the workers cannot share: refused before any starts
     command = [sys.executable, "-m", "opt_train", "train", *flags]
     for path in configs:
         command += ["--config", path]

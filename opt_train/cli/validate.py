@@ -28,8 +28,9 @@ def validate(configs, overrides, world_size):
 
     with user_errors():  # the batch size against the examples, counted as train counts them
         launched = launch_config(config, world_size)
-        check_placement(launched)  # a mesh is one process: not `--np N` workers
-        figures = derived(launched, world_size=world_size or launched_workers(config))
+        workers = world_size or launched_workers(config)
+        check_placement(launched, workers)  # a mesh must split its batch axis between the workers
+        figures = derived(launched, world_size=workers)
         memory = memory_lines(config)  # a layout that does not fit a shape: exit 2 at `layouts`
     click.echo(yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip())
     # Before the figures, which stay the output's last block (scripts read what follows `# derived`).

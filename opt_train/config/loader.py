@@ -47,13 +47,14 @@ def load_config(paths, overrides=()):
     return dataclasses.replace(config, notes=tuple(notes))
 
 
-def replicas_per_worker(config):
-    """Batch shards each process reads together: `num_gpus` replicas under the tf backend, the batch
-    axis's size under a mesh (`mesh_batch_axis`; 1 when the mesh has none), else 1 (Horovod: one per rank)."""
+def replicas_per_worker(config, world_size=1):
+    """Batch shards each process reads together: `num_gpus` replicas under the tf backend, under a mesh
+    its batch axis's size (`mesh_batch_axis`; 1 when the mesh has none) shared by the `world_size`
+    processes, else 1 (Horovod: one per rank)."""
     if config.mesh:
         from opt_train.distributed.mesh_layout import batch_shards
 
-        return batch_shards(config.mesh, config.mesh_batch_axis)
+        return max(1, batch_shards(config.mesh, config.mesh_batch_axis) // world_size)
     return config.num_gpus if config.distributed == "tf" and config.num_gpus else 1
 
 
@@ -70,7 +71,7 @@ def derived(config, world_size=1):
     from opt_train.data import check_params, counts, resolve
     from opt_train.data.registry import is_factory
 
-    replicas = replicas_per_worker(config)
+    replicas = replicas_per_worker(config, world_size)
     steps = None
     if not is_factory(config.data):
         name = resolve(config.data)

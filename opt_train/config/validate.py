@@ -220,7 +220,8 @@ def distribution(values):
 def mesh_placement(values):
     """What a mesh may be combined with, and what its `layouts` may name, known without the model's shapes.
 
-    A mesh is a way to place a run of its own: not beside `num_gpus` replicas or Horovod ranks.
+    A mesh is a way to place a run of its own: not beside `num_gpus` replicas or Horovod ranks. It may
+    span the workers of `distributed: tf` (`check_placement` asks, knowing how many there are).
     `layouts` need a mesh and may name only its axes; a `mesh_batch_axis` set to an axis the mesh
     lacks would replicate the batch instead of splitting it; an optimizer the table says cannot update
     laid-out variables (a TF1 fused kernel without a DTensor rule) is refused naming it. The shapes (a sharded dimension the
@@ -244,12 +245,6 @@ def mesh_placement(values):
         raise ParamError.at("mesh", "conflict",
                             f"a mesh takes its devices from its own axes; it cannot be combined with num_gpus: "
                             f"{values['num_gpus']} replicas: remove one", dict(mesh))
-    if values["distributed"] == "tf":
-        # DTensor's multi-client mode formed a 2x2 mesh of two local CPU processes in a probe, but its
-        # dataset input is single-client only (NotImplementedError) and it is not wired here.
-        raise ParamError.at("mesh", "conflict",
-                            "a mesh runs in one process; a mesh across several workers (distributed: tf, "
-                            "train --np) is not supported: remove `distributed: tf` or `mesh`", dict(mesh))
     if batch_axis != DEFAULT_BATCH_AXIS and batch_axis not in mesh:
         raise ParamError.at("mesh_batch_axis", "unknown_name",
                             f"mesh_batch_axis names {batch_axis!r}, which the mesh lacks (mesh axes: {', '.join(mesh)})",
@@ -265,16 +260,27 @@ def mesh_placement(values):
                                     f"(mesh axes: {', '.join(mesh)})", axis)
 
 
-def check_placement(config):
+def check_placement(config, processes=1):
     """`mesh_placement` of a config as it will run (`--np N` makes it `distributed: tf`): a `ConfigError` at its key.
 
     `load_config` applied it to the config as written; `validate --np` and `train --np` ask again
-    of the config their workers run.
+    of the config their workers run, with `processes` the workers: a mesh across them must split
+    its batch axis between them (`mesh_layout.process_batch_shards`).
     """
     from opt_train.config.issues import ConfigError
+    from opt_train.distributed.mesh_layout import mesh_axes, process_batch_shards
 
     try:
         mesh_placement({name: getattr(config, name) for name in PLACEMENT_FIELDS})
+        if config.mesh and processes > 1:
+            process_batch_shards(mesh_axes(config.mesh), processes, config.mesh_batch_axis, config.layouts)
+            for key in CHIEF_DECISIONS:
+                if getattr(config, key):
+                    raise ParamError.at(
+                        key, "conflict",
+                        f"not with a mesh across {processes} workers yet: the chief acts on its evaluation "
+                        "alone, and the mesh's workers do not share that step yet; remove it or run the mesh "
+                        "in one process", getattr(config, key))
     except ParamError as error:
         raise ConfigError([config.issue_for("mesh", error)]) from None
 
@@ -337,6 +343,10 @@ def mesh_groups(values):
             raise ParamError.at(f"{grouping.KEY}[{index}].optimizer", "conflict", refusal, name)
 
 
+# What the chief decides after an evaluation it ran alone (training/controls.py): under the tf backend
+# the other workers receive it; a mesh across workers has no such step yet (a best checkpoint would be
+# a DTensor save by the chief alone).
+CHIEF_DECISIONS = ("lr_control", "early_stopping", "restore_best_checkpoint")
 PLACEMENT_FIELDS = ("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer",
                     "optimizer_params")
 USER_CODE_FIELDS = ("optimizer", "model", "model_params", "data", "data_params", "python_path")

@@ -59,6 +59,12 @@ class Backend(abc.ABC):
         """Whether every process must take part in a checkpoint save (only the chief's is kept)."""
         return False
 
+    @property
+    def saves_together(self) -> bool:
+        """Whether every process's part of a collective save goes into the chief's checkpoint itself
+        (a DTensor mesh across processes: each writes its own shards there), not a discarded copy."""
+        return False
+
     def scope(self):
         """The context the model, the optimizer and the pipeline's variables are created in."""
         return contextlib.nullcontext()

@@ -78,6 +78,48 @@ def batch_shards(mesh, mesh_batch_axis=DEFAULT_BATCH_AXIS):
     return mesh[axis] if axis else 1
 
 
+def process_batch_shards(mesh, processes, mesh_batch_axis=DEFAULT_BATCH_AXIS, layouts=None):
+    """Which shards of the batch axis each of `processes` processes holds: a list (one per process) of indices.
+
+    A mesh over several processes numbers its devices process by process (DTensor's
+    `create_distributed_mesh`: process p holds devices p*L .. p*L+L-1 of the row-major mesh,
+    L = devices / processes). Each process reads only its own part of the global batch, so
+    the batch axis must split across the processes, each holding whole rows of the other
+    axes: process p then holds batch shards p*k .. p*k+k-1 (k = batch axis / processes),
+    and every collective on another axis stays inside one process. That is also what lets
+    the chief evaluate and export alone while the others have left; so a variable laid out
+    on the batch axis (fully sharded), whose reads gather across processes, is refused too.
+
+    Raises `ParamError` at `mesh` (the devices do not split evenly, no batch axis, the batch
+    axis not outermost enough to split across the processes) or at `layouts`.
+    """
+    devices = mesh_devices(mesh)
+    if processes <= 1:
+        return [list(range(batch_shards(mesh, mesh_batch_axis)))]
+    if devices % processes:
+        raise _mesh_error(f"a mesh of {devices} devices cannot be shared evenly by {processes} processes "
+                          "(each process brings the same number of devices)", dict(mesh), "conflict")
+    axis = batch_axis_of(mesh, mesh_batch_axis)
+    if axis is None:
+        raise _mesh_error(f"a mesh across {processes} processes needs the batch axis {mesh_batch_axis!r} "
+                          "(each process reads its own part of the batch); add it to the mesh", dict(mesh), "conflict")
+    names = list(mesh)
+    outer = math.prod(mesh[name] for name in names[: names.index(axis)])
+    if outer != 1 or mesh[axis] % processes:
+        raise _mesh_error(
+            f"a mesh across {processes} processes must split its batch axis {axis!r} between them: put {axis!r} "
+            f"first and make its size a multiple of {processes} (each process holds whole rows of the other axes)",
+            dict(mesh), "conflict")
+    for pattern, spec in (layouts or {}).items():
+        if axis in spec:
+            raise _layouts_error(
+                f"layouts[{pattern!r}] lays variables out on the batch axis {axis!r}, which spans the "
+                f"{processes} processes: the chief evaluates and exports alone and could not gather them; "
+                "fully sharded layouts run in one process", list(spec), "conflict")
+    per_process = mesh[axis] // processes
+    return [list(range(p * per_process, (p + 1) * per_process)) for p in range(processes)]
+
+
 def _layouts_error(message, value, code="wrong_type"):
     return ParamError.at("layouts", code, message, value)
 

@@ -30,7 +30,6 @@ from tensorflow.experimental import dtensor
 from opt_train.errors import ParamError
 
 _owners = threading.local()
-_HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
 @contextlib.contextmanager
@@ -93,7 +92,7 @@ def _creator(mesh):
         dtype = kwargs.pop("dtype", None)
         # On the host, then laid out: Keras creates a slot colocated with its variable, whose
         # device is DTensor's own; an initial value made there is no ordinary tensor.
-        with tf.device(_HOST):
+        with tf.device(_host(mesh)):
             if callable(initial):
                 initial = initial()
             if not dtensor.is_dtensor(initial):
@@ -103,6 +102,13 @@ def _creator(mesh):
                                  dtype=dtype)
 
     return create
+
+
+def _host(mesh):
+    """This process's first CPU: `/job:localhost/.../CPU:0` alone, `/job:worker/replica:0/task:N/...` as
+    DTensor client N of a mesh across processes."""
+    spec = tf.DeviceSpec.from_string(mesh.local_devices()[0])
+    return spec.replace(device_type="CPU", device_index=0).to_string()
 
 
 def on_mesh(mesh):

@@ -109,8 +109,10 @@ def group_notes(config, optimizer):
 def backend_for(config):
     """The process group `config` asks for: a DTensor mesh (`mesh:`), else its `distributed` backend.
 
-    What a mesh cannot combine with (Horovod, workers, num_gpus) was refused when the config
-    loaded (`config/validate.py`); a mesh larger than the machine's GPUs is a ConfigError at `mesh`.
+    What a mesh cannot combine with (Horovod, num_gpus) was refused when the config loaded
+    (`config/validate.py`); under `distributed: tf` it spans the workers of `TF_CONFIG` / SLURM /
+    `--np`. A mesh larger than the machine's GPUs, or one the workers cannot share, is a ConfigError
+    at `mesh` (or `layouts`).
     """
     from opt_train.distributed import get_backend
     from opt_train.distributed.mesh_layout import mesh_axes
@@ -121,8 +123,18 @@ def backend_for(config):
                            startup_timeout=config.startup_timeout_secs)
     from opt_train.distributed.mesh import MeshBackend
 
+    cluster = None
+    if config.distributed == "tf":
+        from opt_train.distributed.cluster import cluster_from_environment
+
+        cluster = cluster_from_environment()
+    if cluster is not None and cluster.num_workers > 1:
+        from opt_train.config.validate import check_placement
+
+        check_placement(config, cluster.num_workers)  # as `train --np` asked before starting the workers
     with _config_key(config, "mesh"):
-        return MeshBackend(mesh, config.layouts, config.mesh_batch_axis)
+        return MeshBackend(mesh, config.layouts, config.mesh_batch_axis, cluster=cluster,
+                           startup_timeout=config.startup_timeout_secs, rank_timeout=config.rank_timeout_secs)
 
 
 def memory_notes(config, model):

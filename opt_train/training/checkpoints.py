@@ -46,7 +46,7 @@ class Checkpoints:
     """The run's checkpoint directory (`<logdir>/checkpoints`)."""
 
     def __init__(self, logdir, items, *, step, max_to_keep, writer=True, optional=None, collective=False,
-                 refused_hint=None):
+                 together=False, refused_hint=None):
         self.directory = os.path.join(logdir, "checkpoints")
         # What the command that reads them can do when none restores (train: --no-resume; eval: its config).
         self.refused_hint = refused_hint
@@ -59,6 +59,9 @@ class Checkpoints:
         # Every process saves (its reads of replica-local variables are collectives); a
         # non-writer's copy goes to a temporary folder, removed at once.
         self.collective = collective
+        # A collective save whose every part lands in the writer's checkpoint (`Backend.saves_together`):
+        # a non-writer writes to the same path, the writer alone keeps the state file and rotates.
+        self.together = together
         self.step_counter = step
         self.max_to_keep = max_to_keep
         self.last_saved_step = None
@@ -175,11 +178,14 @@ class Checkpoints:
         if step == self.last_saved_step:
             return None
         if not self.writer:
-            if self.collective:
+            if self.together:
+                self._save_alongside(step)
+            elif self.collective:
                 self._save_and_discard(step)
             return None
         if self._manager is None:
-            self.remove_debris()
+            if not self.together:  # the others may be writing their parts into `ckpt-N_temp` already
+                self.remove_debris()
             self._manager = tf.train.CheckpointManager(
                 self.checkpoint, self.directory, max_to_keep=self.max_to_keep, step_counter=self.step_counter
             )
@@ -194,6 +200,16 @@ class Checkpoints:
             raise TrainingFailed(f"could not save the checkpoint at step {step}: {_first_line(error)}; {kept}") from None
         self.last_saved_step = step
         return path
+
+    def _save_alongside(self, step):
+        """A non-writer's part in a save that lands whole in the writer's checkpoint (`together`).
+
+        The same path and the same objects as the writer's `CheckpointManager.save` (which
+        counts `save_counter` too), so that every process runs the same save.
+        """
+        self.checkpoint.save_counter.assign_add(1)
+        self.checkpoint.write(os.path.join(self.directory, f"ckpt-{step}"))
+        self.last_saved_step = step
 
     def _save_and_discard(self, step):
         """A non-chief worker's part in a collective save: written to a local temporary folder, then deleted.

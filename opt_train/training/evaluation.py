@@ -136,6 +136,11 @@ class Evaluator:
         # On a mesh (`opt_train.distributed.mesh`): the metrics' state is replicated DVariables
         # and each batch is laid out whole on every device (a short last batch need not divide).
         self._mesh = backend if backend is not None and backend.mesh is not None else None
+        # A mesh across workers: the chief evaluates alone, so on plain whole copies of the weights
+        # (`backend.unsharded`), running no DTensor op the other workers do not run too.
+        self._unsharded = None
+        if self._mesh is not None and backend.num_workers > 1:
+            self._unsharded, self._mesh = backend.unsharded, None
         with backend.scope() if self._mesh else contextlib.nullcontext():
             self.metrics = data.task.make_metrics()
         trace = {"reduce_retracing": True} if self._mesh else _one_trace(self.dataset)
@@ -157,7 +162,8 @@ class Evaluator:
     def __call__(self):
         for metric in self.metrics.values():
             metric.reset_state()
-        with averaged_weights(self.optimizer):
+        with averaged_weights(self.optimizer), (
+                self._unsharded(self.model.variables) if self._unsharded else contextlib.nullcontext()):
             for batch in self.dataset:  # (x, y) or, from a data factory, (x, y, sample_weight)
                 self._step(*(self._mesh.place_replicated(batch) if self._mesh else batch))
         results = {name: float(metric.result()) for name, metric in self.metrics.items()}

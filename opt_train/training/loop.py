@@ -125,6 +125,7 @@ class Session:
             writer=self.chief,
             # MultiWorkerMirroredStrategy: every worker takes part in a save, the chief's is kept.
             collective=run.backend.collective_saves,
+            together=run.backend.saves_together,
             # Checkpoints saved before the data position was one restore with the old counting's.
             optional={"micro_batches": run.train_op.fill_data_position, PATHS_ITEM: lambda: None},
             refused_hint="Use --no-resume to start afresh in a new folder",

@@ -107,7 +107,6 @@ def test_every_config_gets_one_memory_line_and_a_factory_model_waits_for_its_bui
     (MESH + "num_gpus: 2\n", "mesh", "conflict", "num_gpus"),
     (MESH + "use_horovod: true\n", "mesh", "conflict", "Horovod"),
     (MESH + "distributed: horovod\n", "mesh", "conflict", "Horovod"),
-    (MESH + "distributed: tf\n", "mesh", "conflict", "several workers"),
     ("mesh: {batch: 2}\nlayouts:\n  '.*kernel': [null, model]\n", "layouts", "unknown_name", "lacks"),
     ("layouts:\n  '.*kernel': [null, model]\n", "layouts", "conflict", "need a mesh"),
     ("mesh: {batch: 2, model: 2}\nlayouts:\n  '(kernel': [null, model]\n", "layouts", "wrong_type", "regular expr"),
@@ -143,18 +142,54 @@ def test_a_groups_optimizer_that_cannot_run_on_a_mesh_is_refused_at_the_group(tm
     assert result.exit_code == 0, result.output
 
 
-def test_validate_np_refuses_a_mesh_as_the_workers_would(tmp_path):
-    path = write(tmp_path, MESH)
-    result = run_cli("validate", "--config", path, "--np", 2)
-    assert result.exit_code == 2
-    assert f"{path}:2: mesh:" in result.output and "several workers" in result.output
+def test_validate_np_accepts_a_mesh_whose_batch_axis_the_workers_split(tmp_path):
+    """2 workers share a 2x2 mesh: each reads one batch shard of 32; the global batch is one process's."""
+    result = run_cli("validate", "--config", write(tmp_path, MESH + "batch_size_per_gpu: 32\n"), "--np", 2)
+    assert result.exit_code == 0, result.output
+    figures = yaml.safe_load(result.output.split("# derived", 1)[1])
+    assert figures["world_size"] == 2 and figures["replicas_per_worker"] == 1 and figures["mesh_devices"] == 4
+    assert figures["global_batch"] == 64  # 32 x batch axis 2, as on one process
 
 
-def test_train_np_refuses_a_mesh_before_any_worker_starts(tmp_path):
-    path = write(tmp_path, MESH + f"logdir: {tmp_path / 'run'}\n")
-    result = run_cli("train", "--np", 2, "--config", path)
-    assert result.exit_code == 2, result.output
-    assert f"{path}:2: mesh:" in result.output and "several workers" in result.output
+@pytest.mark.parametrize("text, key, words", [
+    # The batch axis not outermost: each worker's devices would hold both batch shards.
+    ("mesh: {model: 2, batch: 2}\n", "mesh", "put 'batch' first"),
+    ("mesh: {batch: 3}\n", "mesh", "cannot be shared evenly by 2 processes"),
+    ("mesh: {model: 4}\n", "mesh", "needs the batch axis"),
+    # Fully sharded: the chief, evaluating alone, could not gather a kernel split across the workers.
+    ("mesh: {batch: 4}\nlayouts:\n  '.*kernel': [batch, null]\n", "layouts", "spans the 2 processes"),
+    # The chief's decision after an evaluation it ran alone (and its best checkpoint, a save of its own).
+    (MESH + "eval_steps: 5\nrestore_best_checkpoint: true\n", "restore_best_checkpoint",
+     "not with a mesh across 2 workers yet"),
+])
+def test_validate_and_train_np_refuse_a_mesh_the_workers_cannot_share(tmp_path, text, key, words):
+    path = write(tmp_path, text + f"logdir: {tmp_path / 'run'}\n")
+    line = 1 + next(i for i, written in enumerate(("max_steps: 10\n" + text).splitlines())
+                    if written.startswith(key + ":"))
+    for command in ("validate", "train"):
+        result = run_cli(command, "--np", 2, "--config", path)
+        assert result.exit_code == 2, result.output
+        assert f"{path}:{line}: {key}:" in result.output and words in result.output, result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()  # refused before any worker started
+
+
+def test_a_tf_config_worker_refuses_a_mesh_the_workers_cannot_share_before_tensorflow_starts(tmp_path):
+    """A worker a cluster launcher started (TF_CONFIG, not --np): `validate` and `train` ask as `--np 2` does."""
+    import json
+
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli as group
+
+    text = "distributed: tf\nmesh: {model: 2, batch: 2}\n"
+    path = write(tmp_path, text + f"logdir: {tmp_path / 'run'}\n")
+    cluster = {"cluster": {"worker": ["localhost:23001", "localhost:23002"]}, "task": {"type": "worker", "index": 1}}
+    env = {**CLEAN, "TF_CONFIG": json.dumps(cluster)}
+    for command in ("validate", "train"):
+        result = CliRunner().invoke(group, [command, "--config", str(path)], env=env, catch_exceptions=False)
+        assert result.exit_code == 2, result.output
+        assert f"{path}:3: mesh:" in result.output and "put 'batch' first" in result.output, result.output
     assert not (tmp_path / "run").exists()
 
 

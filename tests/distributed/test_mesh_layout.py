@@ -14,6 +14,7 @@ from opt_train.distributed.mesh_layout import (
     layout_of,
     mesh_axes,
     plan_memory,
+    process_batch_shards,
     slot_layout,
     variable_dtype,
 )
@@ -45,6 +46,51 @@ def test_a_bad_mesh_is_a_param_error_at_mesh(value, code):
 
 
 # -- layouts: Keras 3's LayoutMap, first match wins ---------------------------------------------------------
+
+
+def dtensor_batch_coordinates(mesh, processes, axis="batch"):
+    """Each process's batch-axis coordinates by DTensor's own rule (`create_distributed_mesh`, TF 2.21):
+    process p holds devices p*L .. p*L+L-1 of `arange(devices).reshape(shape)`, L = devices / processes."""
+    import numpy as np
+
+    shape = tuple(mesh.values())
+    per_process = math.prod(shape) // processes
+    flat = np.arange(math.prod(shape))
+    coordinates = np.unravel_index(flat, shape)[list(mesh).index(axis)]
+    return [sorted(set(coordinates[p * per_process:(p + 1) * per_process].tolist())) for p in range(processes)]
+
+
+@pytest.mark.parametrize("mesh, processes", [
+    ({"batch": 2, "model": 2}, 2), ({"batch": 4}, 2), ({"batch": 4, "model": 2}, 2), ({"batch": 4, "model": 2}, 4),
+    ({"batch": 2, "model": 2}, 1),
+])
+def test_each_process_holds_the_batch_shards_dtensor_gives_its_devices(mesh, processes):
+    shards = process_batch_shards(mesh, processes)
+    assert shards == dtensor_batch_coordinates(mesh, processes)
+    assert sorted(sum(shards, [])) == list(range(mesh["batch"]))  # each shard read by one process
+
+
+@pytest.mark.parametrize("mesh, processes, key, words", [
+    # DTensor would give both processes both batch shards: each would need the other's data.
+    ({"model": 2, "batch": 2}, 2, "mesh", "put 'batch' first"),
+    ({"batch": 2, "model": 2}, 4, "mesh", "multiple of 4"),
+    ({"batch": 3}, 2, "mesh", "shared evenly"),
+    ({"model": 4}, 2, "mesh", "needs the batch axis"),
+])
+def test_a_mesh_the_processes_cannot_share_is_a_param_error(mesh, processes, key, words):
+    with pytest.raises(ParamError) as caught:
+        process_batch_shards(mesh, processes)
+    assert caught.value.key == key and words in str(caught.value)
+    if "batch" in mesh and math.prod(mesh.values()) % processes == 0:
+        held = dtensor_batch_coordinates(mesh, processes)
+        assert any(set(a) & set(b) for a in held for b in held if a is not b) or mesh["batch"] % processes
+
+
+def test_a_layout_on_the_batch_axis_across_processes_is_a_param_error_at_layouts():
+    with pytest.raises(ParamError) as caught:
+        process_batch_shards({"batch": 4}, 2, layouts={".*kernel": ["batch", None]})
+    assert caught.value.key == "layouts" and "spans the 2 processes" in str(caught.value)
+    assert process_batch_shards({"batch": 4}, 1, layouts={".*kernel": ["batch", None]}) == [[0, 1, 2, 3]]
 
 
 def test_layouts_match_as_keras_layout_map_where_keras_matches_one_key():

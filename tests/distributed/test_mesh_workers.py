@@ -1,0 +1,109 @@
+"""A DTensor mesh across two worker processes (`train --np 2` with `mesh:`) against one unsharded process.
+
+Two tf workers of 2 logical CPU devices each form one `{batch: 2, model: 2}` mesh with every
+kernel's output dimension on `model`; each worker reads its own half of the global batch of 32.
+The run must report the losses and evaluations (within 1e-4) and end with the weights and optimizer state
+(within 1e-5) of one process without a mesh on the same global batch, and a checkpoint the
+workers wrote at step 3 must resume in one process without a mesh to that same end. The
+workers run as real processes (the launcher's TF_CONFIG, DTensor's multi-client set-up); the
+one-process runs train in this process.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.distributed.test_mesh import train_here
+from tests.distributed.test_tf_launch_e2e import ENV, assert_equal_runs, opt_train
+from tests.support import REPO, read_jsonl
+
+pytestmark = pytest.mark.slow
+
+JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
+RUN = {
+    "model": "mlp",
+    "model_params": {"hidden_units": [32]},
+    "data": "digits",
+    "optimizer": "Momentum",
+    "optimizer_params": {"learning_rate": 0.1, "momentum": 0.9, "use_nesterov": True},
+    "max_steps": 6,
+    "print_loss_steps": 1,
+    "save_summaries_steps": None,
+    "save_checkpoint_steps": 3,
+    # The chief evaluates mid-run, alone, while the other worker waits in the next step.
+    "eval_steps": 3,
+    "export": False,
+    "random_seed": 0,
+}
+MESH = {"mesh": {"batch": 2, "model": 2}, "layouts": {".*kernel": [None, "model"]}, "batch_size_per_gpu": 16}
+
+
+def write(tmp, name, config):
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({**config, "logdir": str(tmp / name)}))
+    return path
+
+
+def workers(config_path, *settings):
+    """`opt-train train --np 2` of `config_path`; its combined output (a failed job fails the test)."""
+    import subprocess
+
+    job = subprocess.run(opt_train("train", "--np", 2, "--config", config_path, *settings), cwd=REPO, env=ENV,
+                         capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS)
+    output = job.stdout + job.stderr
+    assert job.returncode == 0, output[-4000:]
+    return output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mesh-workers")
+    output = workers(write(tmp, "workers", {**RUN, **MESH, "export": True}))
+    # The same mesh run stopped at its step-3 checkpoint, then resumed by one process without a mesh.
+    half = write(tmp, "half", {**RUN, **MESH})
+    workers(half, "--set", "max_steps=3")
+    train_here(str(half), "--set", "mesh=null", "--set", "layouts={}", "--set", "batch_size_per_gpu=32", "--resume")
+    train_here(str(write(tmp, "reference", {**RUN, "batch_size_per_gpu": 32})))
+    return tmp, output
+
+
+def evaluations(logdir):
+    return {record["step"]: record["eval/loss"] for record in read_jsonl(logdir / "metrics.jsonl")
+            if "eval/loss" in record}
+
+
+def test_two_workers_on_one_2x2_mesh_equal_one_process_on_the_global_batch(runs):
+    tmp, output = runs
+    assert_equal_runs(tmp / "workers", tmp / "reference", range(1, 7))
+    evaluated, expected = evaluations(tmp / "workers"), evaluations(tmp / "reference")
+    assert sorted(evaluated) == sorted(expected) == [3, 6]
+    for step, loss in expected.items():
+        assert abs(evaluated[step] - loss) <= 1e-4, (step, evaluated[step], loss)
+    # Each worker says what it is, and that the mesh spans both.
+    assert "mesh: 2 workers of 2 CPU devices each form one 4-device mesh" in output
+    assert "[worker 1] worker 1 of 2: global batch 32" in output
+    assert "[worker 1] step" not in output  # progress from the chief alone
+    assert "Traceback" not in output
+
+
+def test_the_export_of_a_mesh_across_workers_is_the_unsharded_model(runs):
+    """The chief exports alone, after the other worker left: an ordinary model with the run's final weights."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    tmp, _ = runs
+    exported = keras.saving.load_model(tmp / "workers" / "export" / "model.keras", compile=False)
+    reader = tf.train.load_checkpoint(str(tmp / "reference" / "checkpoints"))
+    expected = [reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+                if key.startswith("model_variables/") and "seed" not in key]
+    arrays = [np.asarray(weight) for weight in exported.weights]
+    assert len(arrays) == len(expected)
+    for value in expected:
+        assert any(a.shape == value.shape and np.allclose(a, value, rtol=0, atol=1e-5) for a in arrays)
+
+
+def test_a_checkpoint_of_the_workers_resumes_in_one_process_without_a_mesh(runs):
+    tmp, _ = runs
+    assert_equal_runs(tmp / "half", tmp / "reference", range(1, 7))
