@@ -24,7 +24,8 @@ import pytest
 
 from opt_train import trial
 from opt_train.distributed import launcher as launcher_module
-from opt_train.distributed.launcher import Launcher, TFConfigPlan, _state
+from opt_train.distributed.launcher import Launcher, _state
+from opt_train.distributed.tf_config_plan import TFConfigPlan
 from tests.support import REPO, unlaunched_environ
 
 HERE = Path(__file__).parent
