@@ -48,6 +48,7 @@ import time
 from opt_train.distributed.hosts import Ssh
 from opt_train.distributed.names import NOUNS
 from opt_train.distributed.tf_config_plan import TFConfigPlan
+from opt_train.distributed.worker_process import process_state, signal_group, start_worker
 from opt_train.errors import (
     DONE_EXIT_CODE, FAILED_EXIT_CODE, INTERRUPTED_EXIT_CODES, PRUNED_EXIT_CODE, USAGE_EXIT_CODE, signal_exit_code,
 )
@@ -63,69 +64,6 @@ INTERRUPT_CODES = (PRUNED_EXIT_CODE, *INTERRUPTED_EXIT_CODES)
 LAUNCHED_VARIABLE = "OPT_TRAIN_LAUNCHED"
 # Set in every worker's environment: how many times the launcher has relaunched the job (0 at first).
 RESTART_VARIABLE = "OPT_TRAIN_RESTART_COUNT"
-
-
-class _Worker:
-    def __init__(self, number, process, local):
-        self.number = number
-        self.process = process
-        self.local = local
-        self.last_line = ""
-        self.last_error = ""
-        self.stopped_since = None
-        self.hung = False
-        self.signalled = False
-        self.pumps = []
-        self.ended_at = None
-        # The moment it ended, to the millisecond: a peer that fails because this one is gone
-        # ends a few milliseconds later, usually within one poll of the launcher's loop.
-        self.end_watch = threading.Thread(target=self._stamp_end, daemon=True)
-        self.end_watch.start()
-
-    @property
-    def code(self):
-        return self.process.returncode
-
-    def _stamp_end(self):
-        try:
-            # WNOWAIT: seen ended, left for Popen to reap (it keeps the exit code).
-            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
-        except (ChildProcessError, AttributeError):  # reaped already; no waitid (not Linux)
-            return
-        self.ended_at = time.monotonic()
-
-
-def _state(pid):
-    """The one-letter process state from /proc (T: stopped), or None when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ")".
-    return text[text.rfind(")") + 2:][:1] or None
-
-
-def _end_with_launcher():
-    """In a new rank, before exec: SIGTERM when the launcher dies (killed too hard to pass a signal on).
-
-    In a session of its own, a rank gets no hang-up from the terminal; without this it
-    would train on, alone, after `kill -9` of the launcher (a sweep's timeout does that).
-    Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing changes.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _signal_group(rank, number):
-    try:
-        os.killpg(rank.process.pid, number)
-    except OSError:  # ended meanwhile
-        pass
 
 
 def exit_description(exit_code):
@@ -184,32 +122,8 @@ class Launcher:
             exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**rank_env, "PYTHONUNBUFFERED": "1"}.items())
             remote = f"cd {shlex.quote(os.getcwd())} > /dev/null 2>&1 ; env {exports} {shlex.join(self.command)}"
             argv = plan.remote_argv(host, remote)
-        # A session of its own: a Ctrl-C in the terminal reaches the launcher alone, which
-        # passes it on once (twice would mean "stop now, without a checkpoint").
-        process = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, preexec_fn=_end_with_launcher,
-        )
-        rank = _Worker(number, process, local)
-        for stream, sink in ((process.stdout, self.out), (process.stderr, self.err)):
-            pump = threading.Thread(target=self._pump, args=(rank, stream, sink, stream is process.stderr),
-                                    daemon=True)
-            pump.start()
-            rank.pumps.append(pump)
-        return rank
-
-    def _pump(self, rank, stream, sink, is_err):
-        prefix = "" if rank.number == 0 else f"[{self.noun} {rank.number}] "
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            if is_err and line.strip():
-                rank.last_line = line.strip()
-                if line.lower().startswith("error"):
-                    rank.last_error = line.strip()
-            with self._lock:
-                sink.write(f"{prefix}{line}\n")
-                sink.flush()
-        stream.close()
+        prefix = "" if number == 0 else f"[{self.noun} {number}] "
+        return start_worker(number, argv, env, local, (self.out, self.err), self._lock, prefix)
 
     # -- running ----------------------------------------------------------------
     def _plan(self):
@@ -267,7 +181,7 @@ class Launcher:
         for rank in self.ranks:
             if rank.code is None:
                 rank.signalled = True  # its death by this signal is ours, not its failure
-                _signal_group(rank, number)
+                signal_group(rank, number)
 
     def _kill_all(self, number):
         self._send_all(number)
@@ -286,7 +200,7 @@ class Launcher:
                 if rank.code is None and rank.process.poll() is not None:
                     rank.end_watch.join(timeout=1.0)
                     rank.ended_at = rank.ended_at or now
-                state = _state(rank.process.pid) if rank.code is None and rank.local else None
+                state = process_state(rank.process.pid) if rank.code is None and rank.local else None
                 if state is not None and state != "Z":  # Z: ended, not yet reaped
                     if state in ("T", "t"):
                         rank.stopped_since = rank.stopped_since or now
@@ -298,7 +212,7 @@ class Launcher:
             for rank in self.ranks:
                 if rank.hung and rank.code is None:
                     # A stopped process takes no SIGTERM; its peers wait on it.
-                    _signal_group(rank, signal.SIGKILL)
+                    signal_group(rank, signal.SIGKILL)
             if culprit is not None and failed_at is None:
                 failed_at = now
             running = [rank for rank in self.ranks if rank.code is None]
