@@ -22,8 +22,9 @@ def predict(configs, overrides, input_path, output_path, checkpoint, raw_weights
     """Predict with a trained model and write the predictions as .npz."""
     config = load(configs, overrides)
     import_tensorflow()
-    from opt_train.training.export import CheckpointNotFound, PredictInputError
-    from opt_train.training.export import predict as run_predict
+    from opt_train.training.export import CheckpointNotFound
+    from opt_train.training.predict import PredictInputError
+    from opt_train.training.predict import predict as run_predict
 
     with user_errors():
         try:

@@ -140,7 +140,8 @@ def _status(configs, overrides, out, storage, study):
     The same table whichever way it is found: the trials of the base config the sweep last
     ran are current, whatever the `--grid`/`--set` given now.
     """
-    from opt_train.sweep.driver import default_out, recorded_status
+    from opt_train.sweep.collect import recorded_status
+    from opt_train.sweep.planning import default_out
 
     if configs:
         base = load(configs, overrides)

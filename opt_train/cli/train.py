@@ -120,7 +120,8 @@ def _launch(config, configs, overrides, flags, num_proc, hosts, ssh, max_restart
     import sys
 
     from opt_train.distributed.cluster import cluster_from_environment
-    from opt_train.distributed.launcher import Ssh, launch
+    from opt_train.distributed.hosts import Ssh
+    from opt_train.distributed.launcher import launch
     from opt_train.distributed.names import launch_backend
 
     if os.environ.get("HOROVOD_RANK"):

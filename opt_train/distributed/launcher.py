@@ -8,13 +8,13 @@ this module knows their pids, their exit statuses and whether one is stopped.
 
 One supervision path for both backends; what differs is each worker's environment,
 made by a *plan* (`plan.ranks`: `(host, is_local, environment)` per worker;
-`plan.remote_argv(host, shell_command)`, over ssh with the launcher's `Ssh` port and key;
-`plan.stop()`):
+`plan.remote_argv(host, shell_command)`, over ssh with the launcher's `Ssh` port and key,
+opt_train/distributed/hosts.py; `plan.stop()`):
 - `horovod`: the environment `horovodrun --gloo` gives each rank, around a Gloo
   rendezvous server (`opt_train.distributed.horovod.Rendezvous`);
-- `tf`: a `TF_CONFIG` per worker (`TFConfigPlan`): a free port for each local worker,
-  port 8888 + its index on the host for a remote one (SlurmClusterResolver's rule; a
-  remote host's free ports cannot be probed from here), worker 0 the chief.
+- `tf`: a `TF_CONFIG` per worker (`TFConfigPlan`, opt_train/distributed/tf_config_plan.py):
+  a free port for each local worker, port 8888 + its index on the host for a remote one,
+  worker 0 the chief.
 Every worker also gets `OPT_TRAIN_LAUNCHED=1`: the launcher printed the config's notes
 once already.
 
@@ -37,17 +37,18 @@ config it refuses: the same again next time), ends the job as without restarts.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import NamedTuple
 
+from opt_train.distributed.hosts import Ssh
+from opt_train.distributed.names import NOUNS
+from opt_train.distributed.tf_config_plan import TFConfigPlan
+from opt_train.distributed.worker_process import process_state, signal_group, start_worker
 from opt_train.errors import (
     DONE_EXIT_CODE, FAILED_EXIT_CODE, INTERRUPTED_EXIT_CODES, PRUNED_EXIT_CODE, USAGE_EXIT_CODE, ParamError,
     signal_exit_code,
@@ -60,76 +61,10 @@ GRACE_SECONDS = 5.0
 # Ranks that end with these stopped on purpose, all at the same update (an interrupt, or
 # 3: a sweep's pruner stopped the trial): not failures, passed on as they are.
 INTERRUPT_CODES = (PRUNED_EXIT_CODE, *INTERRUPTED_EXIT_CODES)
-# What a worker is called in the launcher's lines, per backend.
-NOUNS = {"horovod": "rank", "tf": "worker"}
 # Set in every worker's environment: the launcher has shown the config's notes.
 LAUNCHED_VARIABLE = "OPT_TRAIN_LAUNCHED"
 # Set in every worker's environment: how many times the launcher has relaunched the job (0 at first).
 RESTART_VARIABLE = "OPT_TRAIN_RESTART_COUNT"
-SSH_OPTIONS = ("-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no")
-
-
-class _Worker:
-    def __init__(self, number, process, local):
-        self.number = number
-        self.process = process
-        self.local = local
-        self.last_line = ""
-        self.last_error = ""
-        self.stopped_since = None
-        self.hung = False
-        self.signalled = False
-        self.pumps = []
-        self.ended_at = None
-        # The moment it ended, to the millisecond: a peer that fails because this one is gone
-        # ends a few milliseconds later, usually within one poll of the launcher's loop.
-        self.end_watch = threading.Thread(target=self._stamp_end, daemon=True)
-        self.end_watch.start()
-
-    @property
-    def code(self):
-        return self.process.returncode
-
-    def _stamp_end(self):
-        try:
-            # WNOWAIT: seen ended, left for Popen to reap (it keeps the exit code).
-            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
-        except (ChildProcessError, AttributeError):  # reaped already; no waitid (not Linux)
-            return
-        self.ended_at = time.monotonic()
-
-
-def _state(pid):
-    """The one-letter process state from /proc (T: stopped), or None when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ")".
-    return text[text.rfind(")") + 2:][:1] or None
-
-
-def _end_with_launcher():
-    """In a new rank, before exec: SIGTERM when the launcher dies (killed too hard to pass a signal on).
-
-    In a session of its own, a rank gets no hang-up from the terminal; without this it
-    would train on, alone, after `kill -9` of the launcher (a sweep's timeout does that).
-    Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing changes.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _signal_group(rank, number):
-    try:
-        os.killpg(rank.process.pid, number)
-    except OSError:  # ended meanwhile
-        pass
 
 
 def exit_description(exit_code):
@@ -147,124 +82,6 @@ def exit_code(code):
     if code in (DONE_EXIT_CODE, USAGE_EXIT_CODE, *INTERRUPT_CODES):
         return code
     return FAILED_EXIT_CODE
-
-
-def parse_hosts(hosts):
-    """`host:slots,...` as `[(host, slots)]` (the CLI has checked the syntax)."""
-    pairs = []
-    for item in hosts.split(","):
-        name, _, count = item.rpartition(":")
-        pairs.append((name, int(count)))
-    return pairs
-
-
-def is_local(host):
-    """Whether `host` names this machine: a loopback name, or an address a socket here can bind."""
-    if host in ("localhost", socket.gethostname()):
-        return True
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
-        return False  # unknown here: ssh will say so in the worker's last line
-    if address.startswith("127."):
-        return True
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((address, 0))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(count, everywhere=False):
-    """`count` distinct TCP ports free on this machine now (held together while picked, so distinct)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            handle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            handle.bind(("" if everywhere else "127.0.0.1", 0))
-            sockets.append(handle)
-        return [handle.getsockname()[1] for handle in sockets]
-    finally:
-        for handle in sockets:
-            handle.close()
-
-
-def ssh_argv(host, shell_command, ssh=None):
-    """ssh to `host` without a password prompt (as horovodrun does), running `shell_command`.
-
-    `ssh`: an `Ssh` (the port and key to use), or None for ssh's own defaults.
-    """
-    ssh = ssh or Ssh()
-    extra = [*(("-p", str(ssh.port)) if ssh.port else ()), *(("-i", ssh.identity_file) if ssh.identity_file else ())]
-    return ["ssh", *SSH_OPTIONS, *extra, host, shell_command]
-
-
-class Ssh(NamedTuple):
-    """How the launcher reaches other hosts: `port` (None: 22) and `identity_file` (None: ssh's own keys),
-    as horovodrun's `--ssh-port` and `--ssh-identity-file`."""
-
-    port: int | None = None
-    identity_file: str | None = None
-
-
-class TFConfigPlan:
-    """The `TF_CONFIG` of each of `num_proc` tf.distribute workers on `hosts` (`host:slots,...`).
-
-    Slots are filled host by host, in the order given (as Horovod assigns ranks). With
-    remote hosts, local workers are addressed by this machine's address on the route to
-    the first of them (`address_towards`); all local, by `localhost`. Remote workers are
-    started over `ssh`.
-    """
-
-    def __init__(self, hosts, num_proc, ssh=None):
-        self.ssh = ssh
-        from opt_train.distributed.cluster import SLURM_PORT_BASE, launch_clusters
-
-        placed = []
-        for host, slots in parse_hosts(hosts):
-            placed += [host] * min(slots, num_proc - len(placed))
-        local = {host: is_local(host) for host in set(placed)}
-        spread = not all(local.values())
-        here = address_towards(next(host for host in placed if not local[host])) if spread else None
-        ports = iter(free_ports(sum(local[host] for host in placed), everywhere=spread))
-        addresses, on_host = [], {}
-        for host in placed:
-            index = on_host[host] = on_host.get(host, -1) + 1
-            if local[host]:
-                name = here if spread and _loopback(host) else host
-                addresses.append(f"{name}:{next(ports)}")
-            else:
-                addresses.append(f"{host}:{SLURM_PORT_BASE + index}")
-        self.clusters = launch_clusters(addresses)
-        self.ranks = [(host, local[host], {"TF_CONFIG": json.dumps(cluster.tf_config())})
-                      for host, cluster in zip(placed, self.clusters)]
-
-    def remote_argv(self, host, shell_command):
-        return ssh_argv(host, shell_command, self.ssh)
-
-    def stop(self):
-        pass
-
-
-def address_towards(host):
-    """This machine's address on its route to `host`: where workers there can reach the ones here.
-
-    Not the host name: /etc/hosts often maps it to a loopback address (Debian's
-    127.0.1.1), which would send the remote workers to themselves. A UDP socket's
-    connect picks the route and sends nothing. A host that does not resolve here
-    leaves the host name (ssh will name the problem).
-    """
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))
-            return probe.getsockname()[0]
-    except OSError:
-        return socket.gethostname()
-
-
-def _loopback(host):
-    return host == "localhost" or host.startswith("127.")
 
 
 class Launcher:
@@ -307,32 +124,8 @@ class Launcher:
             exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**rank_env, "PYTHONUNBUFFERED": "1"}.items())
             remote = f"cd {shlex.quote(os.getcwd())} > /dev/null 2>&1 ; env {exports} {shlex.join(self.command)}"
             argv = plan.remote_argv(host, remote)
-        # A session of its own: a Ctrl-C in the terminal reaches the launcher alone, which
-        # passes it on once (twice would mean "stop now, without a checkpoint").
-        process = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, preexec_fn=_end_with_launcher,
-        )
-        rank = _Worker(number, process, local)
-        for stream, sink in ((process.stdout, self.out), (process.stderr, self.err)):
-            pump = threading.Thread(target=self._pump, args=(rank, stream, sink, stream is process.stderr),
-                                    daemon=True)
-            pump.start()
-            rank.pumps.append(pump)
-        return rank
-
-    def _pump(self, rank, stream, sink, is_err):
-        prefix = "" if rank.number == 0 else f"[{self.noun} {rank.number}] "
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            if is_err and line.strip():
-                rank.last_line = line.strip()
-                if line.lower().startswith("error"):
-                    rank.last_error = line.strip()
-            with self._lock:
-                sink.write(f"{prefix}{line}\n")
-                sink.flush()
-        stream.close()
+        prefix = "" if number == 0 else f"[{self.noun} {number}] "
+        return start_worker(number, argv, env, local, (self.out, self.err), self._lock, prefix)
 
     # -- running ----------------------------------------------------------------
     def _plan(self):
@@ -390,7 +183,7 @@ class Launcher:
         for rank in self.ranks:
             if rank.code is None:
                 rank.signalled = True  # its death by this signal is ours, not its failure
-                _signal_group(rank, number)
+                signal_group(rank, number)
 
     def _kill_all(self, number):
         self._send_all(number)
@@ -409,7 +202,7 @@ class Launcher:
                 if rank.code is None and rank.process.poll() is not None:
                     rank.end_watch.join(timeout=1.0)
                     rank.ended_at = rank.ended_at or now
-                state = _state(rank.process.pid) if rank.code is None and rank.local else None
+                state = process_state(rank.process.pid) if rank.code is None and rank.local else None
                 if state is not None and state != "Z":  # Z: ended, not yet reaped
                     if state in ("T", "t"):
                         rank.stopped_since = rank.stopped_since or now
@@ -421,7 +214,7 @@ class Launcher:
             for rank in self.ranks:
                 if rank.hung and rank.code is None:
                     # A stopped process takes no SIGTERM; its peers wait on it.
-                    _signal_group(rank, signal.SIGKILL)
+                    signal_group(rank, signal.SIGKILL)
             if culprit is not None and failed_at is None:
                 failed_at = now
             running = [rank for rank in self.ranks if rank.code is None]

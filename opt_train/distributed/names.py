@@ -34,3 +34,12 @@ def resolve(distributed="none", use_horovod=False, num_gpus=None):
 def launch_backend(distributed):
     """What `opt-train train --np N` starts: Horovod ranks for `horovod`, else `tf` workers."""
     return "horovod" if distributed == "horovod" else "tf"
+
+
+# What a backend calls one of its processes, in the launcher's and the training loop's lines.
+NOUNS = {"horovod": "rank", "tf": "worker"}
+
+
+def worker_noun(distributed):
+    """What `distributed` calls one of its processes: `rank` under Horovod, else `worker`."""
+    return NOUNS.get(distributed, "worker")

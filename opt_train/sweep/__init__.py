@@ -5,15 +5,9 @@ Importing this package imports neither TensorFlow nor Optuna; running a sweep im
 Optuna, and writing the HParams summaries imports TensorFlow.
 """
 
-from opt_train.sweep.driver import (
-    SweepResult,
-    TrialConfigError,
-    dry_run_lines,
-    plan_sweep,
-    preview_trials,
-    run_sweep,
-    study_status,
-)
+from opt_train.sweep.collect import SweepResult, study_status
+from opt_train.sweep.driver import run_sweep
+from opt_train.sweep.planning import TrialConfigError, dry_run_lines, plan_sweep, preview_trials
 from opt_train.sweep.plan import SweepPlan, Trial, plan_queue
 from opt_train.sweep.spec import SweepOptions, SweepSpec, build_spec
 

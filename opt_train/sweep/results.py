@@ -118,3 +118,8 @@ def summary_line(rows, metric, mode, out):
         f"{len(rows)} trials: {shown}; sorted by {metric} ({mode}); "
         f"results in {os.path.join(out, RESULTS_FILE)}"
     )
+
+
+def jsonable(value):
+    """`value` with non-finite floats as text, as results.jsonl keeps them (the study stores strict JSON)."""
+    return json.loads(json.dumps(finite_json(value), default=str))

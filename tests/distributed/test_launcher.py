@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from opt_train.distributed.launcher import _state, exit_code
+from opt_train.distributed.launcher import exit_code
+from opt_train.distributed.worker_process import process_state
 from tests.distributed.conftest import horovodrun_argv
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl, run_python
 
@@ -85,15 +86,15 @@ def test_process_state_reads_stopped_like_ps():
     try:
         os.kill(child.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 10
-        while _state(child.pid) != "T" and time.monotonic() < deadline:
+        while process_state(child.pid) != "T" and time.monotonic() < deadline:
             time.sleep(0.05)
         ps = subprocess.run(["ps", "-o", "stat=", "-p", str(child.pid)], capture_output=True, text=True)
-        assert _state(child.pid) == ps.stdout.strip()[:1] == "T"
+        assert process_state(child.pid) == ps.stdout.strip()[:1] == "T"
         os.kill(child.pid, signal.SIGCONT)
     finally:
         child.kill()
         child.wait()
-    assert _state(child.pid) is None
+    assert process_state(child.pid) is None
 
 
 @pytest.mark.parametrize("code, expected", [(0, 0), (1, 1), (2, 2), (3, 3), (130, 130), (143, 143), (-9, 1), (134, 1)])
@@ -131,7 +132,7 @@ def test_a_horovod_rank_shuts_horovod_down_and_ends_without_the_interpreters_tea
 
 
 def _alive(pid):
-    return _state(pid) not in (None, "Z")  # an orphan's zombie may wait for a reaper
+    return process_state(pid) not in (None, "Z")  # an orphan's zombie may wait for a reaper
 
 
 def _start(logdir, *extra):

@@ -24,7 +24,9 @@ import pytest
 
 from opt_train import trial
 from opt_train.distributed import launcher as launcher_module
-from opt_train.distributed.launcher import Launcher, TFConfigPlan, _state
+from opt_train.distributed.launcher import Launcher
+from opt_train.distributed.worker_process import process_state
+from opt_train.distributed.tf_config_plan import TFConfigPlan
 from tests.support import REPO, unlaunched_environ
 
 HERE = Path(__file__).parent
@@ -45,7 +47,7 @@ def records(outdir, count):
 
 
 def _alive(pid):
-    return _state(pid) not in (None, "Z")
+    return process_state(pid) not in (None, "Z")
 
 
 # -- the launcher, backend tf, on real worker processes ----------------------------------------------

@@ -83,9 +83,9 @@ def meet(workers, index):
 
 def _gone(pid):
     """Whether process `pid` has ended (no longer in /proc, or a zombie not yet reaped)."""
-    from opt_train.distributed.launcher import _state  # the launcher's own reading of /proc
+    from opt_train.distributed.worker_process import process_state  # the launcher's own reading of /proc
 
-    return _state(pid) in (None, "Z")
+    return process_state(pid) in (None, "Z")
 
 
 def wait_for_a_lost_peer(outdir, index, count):

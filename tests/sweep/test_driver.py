@@ -104,9 +104,9 @@ def test_records_ranks_and_skips_on_the_next_run(make_plan):
 def test_a_sweep_ends_when_its_last_trial_does_not_at_the_next_look_for_orphans(make_plan, monkeypatch):
     """With nothing left to claim and nobody else's trial running, the worker looks at once: it
     used to wait for its next look for a dead driver's trials (every 2 s) before it could end."""
-    from opt_train.sweep import driver
+    from opt_train.sweep import worker
 
-    monkeypatch.setattr(driver, "ORPHAN_POLL_SECONDS", 300.0)
+    monkeypatch.setattr(worker, "ORPHAN_POLL_SECONDS", 300.0)
     started = time.monotonic()
     (row,) = run_sweep(make_plan([0.5])).rows
     assert row["status"] == "ok"
