@@ -3,7 +3,6 @@
 import os
 
 import pytest
-import yaml
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -36,14 +35,12 @@ def _quiet_settings_kept():
 
 @pytest.fixture
 def write_config(tmp_path):
-    """Writes a YAML config (a dict, layered over nothing) and returns its path."""
+    """Writes a YAML config (a dict, layered over nothing; logdir tmp_path/run unless it names one) and returns its path."""
+
+    from tests.support import write_run
 
     def write(payload, name="config.yaml"):
-        path = tmp_path / name
-        payload = dict(payload)
-        payload.setdefault("logdir", str(tmp_path / "run"))
-        path.write_text(yaml.safe_dump(payload, sort_keys=False))
-        return path
+        return write_run(tmp_path, payload, name, logdir=None if "logdir" in payload else "run")
 
     return write
 

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import yaml
+
 from opt_train import quiet
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -34,6 +36,20 @@ SMALL_RUN = {
     "optimizer_params": {"learning_rate": 0.01},
     "max_steps": 6,
 }
+
+
+def write_run(folder, run, name="config.yaml", logdir="run"):
+    """Writes the run config `run` (a dict) to folder/name as YAML, its keys in their order; returns the path.
+
+    Its `logdir` is folder/logdir (which replaces one `run` names); `logdir=None` leaves `run`'s
+    own, or none. The folder is made when missing.
+    """
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = dict(run) if logdir is None else {**run, "logdir": str(folder / logdir)}
+    path = folder / name
+    path.write_text(yaml.safe_dump(payload, sort_keys=False))
+    return path
 
 
 # What a cluster launcher hands its workers: the machine running the tests must not pass

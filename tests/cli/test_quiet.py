@@ -5,9 +5,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
-from tests.support import REPO, SMALL_RUN
+from tests.support import REPO, SMALL_RUN, write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("quiet-mismatched")
@@ -26,12 +25,10 @@ def mismatched(tmp_path_factory):
     """A logdir trained by `opt-train train` in a fresh process, that process's result, and a
     config of another model that names the logdir (its checkpoint does not fit)."""
     folder = tmp_path_factory.mktemp("quiet")
-    trained = folder / "trained.yaml"
-    trained.write_text(yaml.safe_dump({**SMALL_RUN, "logdir": str(folder / "run")}))
+    trained = write_run(folder, SMALL_RUN, "trained.yaml")
     done = _opt_train("train", "-c", trained, cwd=folder)
     assert done.returncode == 0, done.stderr
-    other = folder / "other.yaml"
-    other.write_text(yaml.safe_dump({**SMALL_RUN, "model_params": {"hidden_units": [12]}, "logdir": str(folder / "run")}))
+    other = write_run(folder, {**SMALL_RUN, "model_params": {"hidden_units": [12]}}, "other.yaml")
     return folder, other, done
 
 

@@ -5,10 +5,9 @@ import json
 import sys
 
 import pytest
-import yaml
 
 from opt_train import keras_bridges
-from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python
+from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python, write_run
 
 # A command's process: TensorFlow imported as every command imports it, AutoGraph's
 # conversions recorded, one run that reports, summarizes, evaluates and exports; then
@@ -47,9 +46,7 @@ print(json.dumps({
 @pytest.fixture(scope="module")
 def command(tmp_path_factory):
     folder = tmp_path_factory.mktemp("startup")
-    config = folder / "run.yaml"
-    config.write_text(yaml.safe_dump({**SMALL_RUN, "print_loss_steps": 3, "save_summaries_steps": 3,
-                                      "logdir": str(folder / "run")}))
+    config = write_run(folder, {**SMALL_RUN, "print_loss_steps": 3, "save_summaries_steps": 3}, "run.yaml")
     done = run_python(COMMAND, config)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

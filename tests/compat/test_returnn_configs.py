@@ -4,11 +4,11 @@ import math
 import pathlib
 
 import pytest
-import yaml
 
 from opt_train.config import load_config
 from opt_train.convert import convert
 from tests.compat.runs import train_two_updates
+from tests.support import write_run
 
 HERE = pathlib.Path(__file__).parent / "returnn"
 
@@ -67,9 +67,7 @@ def converted(name, tmp_path):
     """`opt-train convert returnn` of fixture `name`, with the model and data filled in as a second layer."""
     out = tmp_path / "converted.yaml"
     out.write_text(convert("returnn", str(HERE / name)).to_yaml())
-    swap = tmp_path / "swap.yaml"
-    swap.write_text(yaml.safe_dump({**SWAP, "logdir": str(tmp_path / "run")}))
-    return out, swap
+    return out, write_run(tmp_path, SWAP, "swap.yaml")
 
 
 def test_the_suite_has_five_or_more_returnn_configs():

@@ -15,10 +15,10 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 
 from opt_train.config import load_config
 from opt_train.convert import convert
+from tests.support import write_run
 
 HERE = pathlib.Path(__file__).parent / "returnn"
 RATES = [0.0001, 0.0004, 0.0007, 0.001]
@@ -44,12 +44,11 @@ def returnn_config(tmp_path):
     )
     converted = tmp_path / "converted.yaml"
     converted.write_text(convert("returnn", str(source)).to_yaml())
-    swap = tmp_path / "swap.yaml"
     # 48 examples, some held out for eval: 4 training batches of 8, 2 updates per epoch (iter_size 2).
-    swap.write_text(yaml.safe_dump({
+    swap = write_run(tmp_path, {
         "model": "mlp", "model_params": {"hidden_units": [4]}, "data": "synthetic_classification",
-        "data_params": {"num_examples": 48}, "batch_size_per_gpu": 8, "logdir": str(tmp_path / "run"),
-    }))
+        "data_params": {"num_examples": 48}, "batch_size_per_gpu": 8,
+    }, "swap.yaml")
     return [converted, swap]
 
 

@@ -5,11 +5,11 @@ optimizers, each layer's variables with its own."""
 import pathlib
 
 import numpy as np
-import yaml
 
 from opt_train.config import load_config
 from opt_train.convert import convert
 from tests.compat.runs import train_two_updates
+from tests.support import write_run
 
 HERE = pathlib.Path(__file__).parent / "returnn"
 # A Keras model whose layers keep the RETURNN network's names, so its variable paths are `layer1/kernel`, ...
@@ -27,11 +27,9 @@ def _converted(name, tmp_path):
     out = tmp_path / "converted.yaml"
     out.write_text(convert("returnn", str(HERE / name)).to_yaml())
     (tmp_path / "returnn_net.py").write_text(MODEL)
-    swap = tmp_path / "swap.yaml"
-    swap.write_text(yaml.safe_dump({
+    swap = write_run(tmp_path, {
         "model": {"factory": "returnn_net:make"}, "python_path": [str(tmp_path)],
-        "data": "synthetic_classification", "data_params": {"num_examples": 64, "num_features": 6},
-        "logdir": str(tmp_path / "run")}))
+        "data": "synthetic_classification", "data_params": {"num_examples": 64, "num_features": 6}}, "swap.yaml")
     return out, swap
 
 

@@ -8,11 +8,11 @@ batches together).
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from opt_train.config import derived, load_config
 from opt_train.data import build_data
 from opt_train.errors import ParamError
+from tests.support import write_run
 
 CASES = [
     ("digits", {}, 64, 1, 1),
@@ -25,13 +25,11 @@ CASES = [
 
 
 def _config(tmp_path, data, params, batch, replicas, distributed):
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({
+    return load_config([str(write_run(tmp_path, {
         "data": data, "data_params": params, "batch_size_per_gpu": batch, "distributed": distributed,
         "num_gpus": replicas if replicas > 1 else None, "max_steps": 10,
         "model": "transformer" if data == "reversal" else "mlp",
-    }, sort_keys=False))
-    return load_config([str(path)])
+    }, "run.yaml", logdir=None))])
 
 
 @pytest.mark.parametrize("data, params, batch, workers, replicas", CASES, ids=[c[0] for c in CASES])

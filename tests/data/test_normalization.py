@@ -8,10 +8,9 @@ import textwrap
 
 import numpy as np
 import pytest
-import yaml
 
 from opt_train.data import normalization
-from tests.support import END_WITHOUT_TEARDOWN
+from tests.support import END_WITHOUT_TEARDOWN, write_run
 
 # Two tests read one trained run (a module fixture): one xdist worker runs them (scripts/test.sh: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("credit-csv")
@@ -60,13 +59,11 @@ def test_keras_layer_computes_the_same_transform():
 
 
 def _config(tmp_path, **data_params):
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump({
+    return write_run(tmp_path, {
         "data": "csv",
         "data_params": {"path": str(tmp_path / "credit.csv"), "label_column": "label", **data_params},
-        "max_steps": 400, "eval_steps": 400, "logdir": str(tmp_path / "run"),
-    }))
-    return path
+        "max_steps": 400, "eval_steps": 400,
+    })
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from tests.support import REPO, read_json
+from tests.support import REPO, read_json, write_run
 
 RUN = {
     "model": "mlp",
@@ -42,10 +42,7 @@ def test_killed_tfrecord_run_resumes_exactly(cli, tmp_path):
     block["data_params"]["shuffle_buffer"] = 50
 
     def config(name, max_steps):
-        path = tmp_path / f"{name}.yaml"
-        payload = {**RUN, **block, "max_steps": max_steps, "logdir": str(tmp_path / name)}
-        path.write_text(yaml.safe_dump(payload))
-        return path
+        return write_run(tmp_path, {**RUN, **block, "max_steps": max_steps}, f"{name}.yaml", logdir=name)
 
     legs = config("legs", 100000)
     job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(legs)], cwd=REPO,

@@ -13,9 +13,8 @@ import sys
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.support import END_WITHOUT_TEARDOWN, REPO
+from tests.support import END_WITHOUT_TEARDOWN, REPO, write_run
 
 pytestmark = pytest.mark.slow
 
@@ -50,11 +49,9 @@ RUNS_IN_ONE_PROCESS = (
 
 
 def write_config(tmp_path, name, synchronized, replicas):
-    config = {**RUN, "model_params": {"synchronized": synchronized}, "logdir": str(tmp_path / name),
-              "batch_size_per_gpu": 32 // replicas, "num_gpus": replicas}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    config = {**RUN, "model_params": {"synchronized": synchronized}, "batch_size_per_gpu": 32 // replicas,
+              "num_gpus": replicas}
+    return write_run(tmp_path, config, f"{name}.yaml", logdir=name)
 
 
 def train_replicas(tmp_path, runs):

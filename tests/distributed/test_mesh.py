@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.support import REPO
+from tests.support import REPO, write_run
 
 GLOBAL_BATCH = 64
 BASE = {
@@ -109,9 +108,7 @@ SLOW = [(case, mesh) for case in CASES for mesh in MESHES
 
 
 def write(tmp, name, config):
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({**config, "logdir": str(tmp / name)}))
-    return str(path)
+    return str(write_run(tmp, config, f"{name}.yaml", logdir=name))
 
 
 def mesh_config(case, mesh):

@@ -14,10 +14,9 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from tests.distributed.conftest import HOROVOD_INSTALLED, LAUNCH_ENV
-from tests.support import REPO
+from tests.support import REPO, write_run
 
 pytestmark = pytest.mark.slow
 
@@ -46,11 +45,8 @@ def _config(tmp_path, distributed):
         "random_seed": 7,
         "rank_timeout_secs": 60,
         "distributed": distributed,
-        "logdir": str(tmp_path / "logdir"),
     }
-    path = tmp_path / "stop.yaml"
-    path.write_text(yaml.safe_dump(payload))
-    return path
+    return write_run(tmp_path, payload, "stop.yaml", logdir="logdir")
 
 
 def _train(config, *extra):

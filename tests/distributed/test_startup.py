@@ -15,13 +15,12 @@ import sys
 import threading
 
 import pytest
-import yaml
 
 from opt_train.distributed.cluster import Cluster
 from opt_train.distributed.startup import wait_for_workers
 from opt_train.errors import TrainingFailed
 from tests.distributed.conftest import HOROVOD_INSTALLED, free_ports
-from tests.support import REPO, unlaunched_environ
+from tests.support import REPO, unlaunched_environ, write_run
 
 # Far above a lone worker's whole life here (the TensorFlow import and the wait); reaching it means a hang.
 HANG_SECONDS = 240
@@ -88,11 +87,8 @@ def test_worker_0s_port_is_free_again_for_tensorflow():
 
 def start_alone(tmp_path, environment, **settings):
     """`opt-train train` of a tiny run with `settings`, in `environment` (a worker's or a rank's)."""
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": "mlp", "model_params": {"hidden_units": [8]}, "data": "digits", "max_steps": 5,
-        "logdir": str(tmp_path / "run"), **settings,
-    }))
+    config = write_run(tmp_path, {"model": "mlp", "model_params": {"hidden_units": [8]}, "data": "digits",
+                                  "max_steps": 5, **settings}, "run.yaml")
     return subprocess.Popen(
         [sys.executable, "-m", "opt_train", "train", "--config", str(config)], cwd=REPO,
         env=unlaunched_environ(**environment, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3"),

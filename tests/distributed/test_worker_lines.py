@@ -12,10 +12,9 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from tests.distributed.conftest import JOB_TIMEOUT_SECONDS, free_ports, tf_config
-from tests.support import REPO, unlaunched_environ
+from tests.support import REPO, unlaunched_environ, write_run
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,13 +26,11 @@ BATCH = 16
 
 
 def start_workers(tmp_path, max_steps):
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
+    config = write_run(tmp_path, {
         "model": "mlp", "model_params": {"hidden_units": [8]}, "data": "digits", "distributed": "tf",
         "batch_size_per_gpu": BATCH, "iter_size": 2, "max_steps": max_steps, "print_loss_steps": 4,
         "save_summaries_steps": None, "save_checkpoint_steps": None, "eval_steps": None, "export": False,
-        "logdir": str(tmp_path / "run"),
-    }))
+    }, "run.yaml")
     ports = free_ports(2)
     return [
         subprocess.Popen(

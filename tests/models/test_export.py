@@ -7,7 +7,8 @@ import sysconfig
 
 import numpy as np
 import pytest
-import yaml
+
+from tests.support import write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("export-trained")
@@ -51,8 +52,7 @@ def trained(tmp_path_factory):
     from opt_train.data import build_data
 
     root = tmp_path_factory.mktemp("export")
-    config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({**RUN, "logdir": str(root / "run")}))
+    config = write_run(root, RUN)
     result = CliRunner().invoke(cli, ["--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = build_data("digits", {}, batch_size=32, seed=0)
@@ -131,9 +131,7 @@ def test_export_command_writes_any_checkpoint(trained, tmp_path):
 def test_export_false_skips_the_end_of_run_export_and_the_export_command_still_writes_it(tmp_path):
     import keras
 
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({**RUN, "max_steps": 4, "save_checkpoint_steps": None,
-                                      "logdir": str(tmp_path / "run")}))
+    config = write_run(tmp_path, {**RUN, "max_steps": 4, "save_checkpoint_steps": None})
     result = _cli("train", "--config", config, "--set", "export=false")
     assert result.exit_code == 0, result.output
     assert "exported" not in result.output

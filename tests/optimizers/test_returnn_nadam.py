@@ -14,10 +14,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 
 from opt_train.optimizers import get
 from opt_train.optimizers.returnn_nadam import ReturnnNadam
+from tests.support import write_run
 
 GRADIENTS = [
     np.array([[0.5, -1.0], [2.0, 0.1], [-0.3, 0.7]], np.float64),
@@ -101,12 +101,9 @@ def test_bad_beta_names_the_argument():
 def test_returnns_optimizer_block_in_yaml_is_returnns_nadam(block, tmp_path):
     from opt_train.config import load_config
 
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"model": "mlp", "data": "digits", "optimizer": block, "max_steps": 5,
-                                    "logdir": str(tmp_path / "run")}))
+    path = write_run(tmp_path, {"model": "mlp", "data": "digits", "optimizer": block, "max_steps": 5}, "c.yaml")
     config = load_config([path])
     assert config.optimizer == "ReturnnNadam"
     # Keras' Nadam keeps its own name.
-    path.write_text(yaml.safe_dump({"model": "mlp", "data": "digits", "optimizer": "Nadam", "max_steps": 5,
-                                    "logdir": str(tmp_path / "run")}))
+    path = write_run(tmp_path, {"model": "mlp", "data": "digits", "optimizer": "Nadam", "max_steps": 5}, "c.yaml")
     assert load_config([path]).optimizer == "Nadam"

@@ -24,6 +24,11 @@ COMMANDS = ("srun", "sbatch", "squeue", "scancel", "scontrol", "sinfo", "sacct")
 # `srun -n 2` step can run at once on a 2-core machine (SlurmdParameters=config_overrides).
 NODE_CPUS = 8
 START_SECONDS = 30
+# A requeued job waits cred_expire seconds before it may start again (slurm.conf(5), AuthInfo),
+# 120 by default, and the next backfill pass (30 s by default) starts it: the requeue test
+# waited two and a half minutes on these alone. A step's credential is checked the moment
+# its tasks launch on this one node, well within 10 s.
+CRED_EXPIRE_SECONDS = 10
 
 
 def _free_port():
@@ -41,7 +46,7 @@ SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={root}/munge/socket
+AuthInfo=socket={root}/munge/socket,cred_expire={CRED_EXPIRE_SECONDS}
 CredType=cred/munge
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
@@ -56,6 +61,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=20
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 JobAcctGatherType=jobacct_gather/none

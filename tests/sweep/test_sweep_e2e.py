@@ -56,7 +56,7 @@ def test_grid_sweep_ranks_records_failure_prunes_and_resumes(tmp_path):
     # One sweep of four real trials for what took three sweeps and seven trials: two good rates
     # finish first (--parallel 1 runs the queue in order), lr 1e-7 barely moves and the median
     # pruner stops it at an evaluation, the absurd rate diverges and fails. (Two trials at a
-    # time: tests/training/test_tracking.py's sweep.)
+    # time: tests/test_tracking.py's sweep.)
     out = tmp_path / "sweep"
     block = tmp_path / "prune.yaml"
     block.write_text(

@@ -8,9 +8,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
-from tests.support import SMALL_RUN, read_jsonl
+from tests.support import SMALL_RUN, read_jsonl, write_run
 
 # Two trainer processes (TensorFlow imported in each) for the module.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sweep-folder")]
@@ -22,9 +21,8 @@ GRID = ["--grid", "optimizer_params.learning_rate=0.1,0.01"]
 def sweep(tmp_path_factory):
     """`(config path, sweep folder)` of a sweep run with a study name and a `--set` of its own."""
     folder = tmp_path_factory.mktemp("sweep-folder")
-    config = folder / "x.yaml"
-    config.write_text(yaml.safe_dump({**SMALL_RUN, "max_steps": 3, "eval_steps": 3, "print_loss_steps": 3,
-                                      "export": False, "logdir": str(folder / "run")}))
+    config = write_run(folder, {**SMALL_RUN, "max_steps": 3, "eval_steps": 3, "print_loss_steps": 3, "export": False},
+                       "x.yaml")
     out = folder / "S"
     done = subprocess.run(
         [sys.executable, "-m", "opt_train", "sweep", "-c", str(config), *GRID, "--set", "max_steps=2",

@@ -5,7 +5,8 @@ import subprocess
 from unittest import mock
 
 import pytest
-import yaml
+
+from tests.support import write_run
 
 
 @pytest.fixture(scope="session")
@@ -19,8 +20,7 @@ def train_logdir():
     from opt_train.cli.main import cli as group
 
     def train(folder, run):
-        config = folder / "config.yaml"
-        config.write_text(yaml.safe_dump({**run, "logdir": str(folder / "run")}, sort_keys=False))
+        config = write_run(folder, run)
         with without_export():
             result = CliRunner().invoke(group, ["train", "--config", str(config)], catch_exceptions=False)
         assert result.exit_code == 0, result.output

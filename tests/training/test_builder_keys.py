@@ -5,11 +5,11 @@ import ast
 import pathlib
 
 import pytest
-import yaml
 
 from opt_train.config import TrainConfig, load_config
 from opt_train.config.schema import FEEDS, config_fields
 from opt_train.distributed import get_backend
+from tests.support import write_run
 
 ROOT = pathlib.Path(__file__).parents[2]
 EMPTY = object()  # a parameter without a default
@@ -63,11 +63,9 @@ def test_a_config_s_pipeline_keys_reach_the_train_op(tmp_path):
         "data_params": {"num_examples": 64, "num_features": 4, "num_classes": 2},
         "model_params": {"hidden_units": [4]}, "optimizer": "SGD", "optimizer_params": {"learning_rate": 0.1},
         "iter_size": 2, "max_grad_norm": 0.5, "loss_scaling": "Backoff", "count_skipped_updates": True,
-        "summaries": ["gradients"], "freeze_variables_regex": "^nothing$", "logdir": str(tmp_path / "run"),
+        "summaries": ["gradients"], "freeze_variables_regex": "^nothing$",
     }
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(config))
-    loaded = load_config([str(path)])
+    loaded = load_config([str(write_run(tmp_path, config, "c.yaml"))])
     run = build_run(loaded, get_backend())
     op = run.train_op
     batch = next(iter(run.data.train))

@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python
+from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python, write_run
 
 pytestmark = pytest.mark.slow  # two training processes, three runs
 
@@ -22,10 +21,7 @@ TRAIN = ("import sys\nfrom opt_train.cli.main import main\nfrom opt_train.traini
 
 
 def _config(folder, **changes):
-    folder.mkdir()
-    config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump({**RUN, **changes, "logdir": str(folder / "run")}))
-    return config
+    return write_run(folder, {**RUN, **changes})
 
 
 def _train(*configs):

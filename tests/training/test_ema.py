@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import SMALL_RUN
+from tests.support import SMALL_RUN, write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("ema-run")
@@ -33,14 +33,12 @@ def _checkpoints(logdir):
 @pytest.fixture(scope="module")
 def ema_run(tmp_path_factory):
     """RUN trained once for the module: `(config, logdir, output of the train command)`; its tests only read it."""
-    import yaml
     from click.testing import CliRunner
 
     from opt_train.cli.main import cli
 
     folder = tmp_path_factory.mktemp("ema")
-    config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump({**RUN, "logdir": str(folder / "run")}, sort_keys=False))
+    config = write_run(folder, RUN)
     result = CliRunner().invoke(cli, ["train", "--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return config, folder / "run", result.output

@@ -7,9 +7,8 @@ import sys
 import time
 
 import pytest
-import yaml
 
-from tests.support import REPO
+from tests.support import REPO, write_run
 
 
 def _sigint_as_a_terminal_leaves_it():
@@ -27,8 +26,7 @@ def _tensorflow_loaded(pid):
 
 
 def test_ctrl_c_during_the_tensorflow_import_exits_130(tmp_path):
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"max_steps": 5, "logdir": str(tmp_path / "run")}))
+    config = write_run(tmp_path, {"max_steps": 5})
     process = subprocess.Popen(
         [sys.executable, "-m", "opt_train", "train", "--config", str(config)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -89,8 +87,7 @@ WHERE_IT_LANDS = {
 
 @pytest.mark.parametrize("where", list(WHERE_IT_LANDS))
 def test_ctrl_c_the_import_would_lose_still_exits_130(tmp_path, where):
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"max_steps": 5, "logdir": str(tmp_path / "run")}))
+    config = write_run(tmp_path, {"max_steps": 5})
     child = CTRL_C_IN_THE_IMPORT.replace("{ctrl_c}", WHERE_IT_LANDS[where])
     done = subprocess.run(
         [sys.executable, "-c", child, "train", "--config", str(config)],

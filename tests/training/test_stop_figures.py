@@ -19,9 +19,8 @@ import signal
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 
-from tests.support import END_WITHOUT_TEARDOWN, read_json, read_jsonl, run_python
+from tests.support import END_WITHOUT_TEARDOWN, read_json, read_jsonl, run_python, write_run
 
 # Dropout, momentum and a decaying lr (as test_resume), reporting every 5 updates, summaries
 # every 3, an evaluation every 6 and a checkpoint every 4, so the cadences cross.
@@ -92,13 +91,6 @@ SIGNALLED = {
 }
 
 
-def _write(folder, run):
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump({**run, "logdir": str(folder / "run")}, sort_keys=False))
-    return config
-
-
 def _scalars(logdir):
     """{(folder, tag): [(step, value)]} as TensorBoard shows them (orphans of a killed run purged)."""
     from tensorboard.backend.event_processing import plugin_event_accumulator as accumulator
@@ -140,7 +132,7 @@ def uninterrupted(tmp_path_factory, no_export):
         key = json.dumps(run, sort_keys=True)
         if key not in done_runs:
             folder = tmp_path_factory.mktemp("whole")
-            done = _train(_write(folder, run))
+            done = _train(write_run(folder, run))
             assert done.exit_code == 0, done.output[-3000:]
             done_runs[key] = folder / "run"
         return done_runs[key]
@@ -162,7 +154,7 @@ def _stop(plan):
 def signalled(tmp_path_factory):
     """{case: (how its stopped run ended, its folder)} for SIGNALLED, all stopped in one process."""
     folders = {case: tmp_path_factory.mktemp(case) for case in SIGNALLED}
-    plan = [(at, sent, _write(folders[case], _case_run(every))) for case, (at, sent, every) in SIGNALLED.items()]
+    plan = [(at, sent, write_run(folders[case], _case_run(every))) for case, (at, sent, every) in SIGNALLED.items()]
     stopped, ended = _stop(plan)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     return {case: (end, folders[case]) for case, end in zip(SIGNALLED, ended)}
@@ -210,7 +202,7 @@ def test_ctrl_c_landing_on_a_report_by_the_default_stop_check(signalled, uninter
 @pytest.mark.parametrize("at", [10, 13], ids=["on", "after-checkpoint"])
 def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(at, tmp_path, uninterrupted):
     """Resumed from the last checkpoint (every 4): the killed run's later records and events are dropped."""
-    stopped, _ = _stop([(at, signal.SIGKILL, _write(tmp_path, RUN))])
+    stopped, _ = _stop([(at, signal.SIGKILL, write_run(tmp_path, RUN))])
     assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
     logdir = _resume(tmp_path)
     _assert_same_figures(logdir, uninterrupted(RUN))

@@ -12,13 +12,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 
 from opt_train.config import ConfigError, load_config
 from opt_train.distributed import get_backend
 from opt_train.training.builder import build_run
 from opt_train.training.loop import Session
-from tests.support import one_error_line
+from tests.support import one_error_line, write_run
 
 SOURCE = {"model": "mlp", "model_params": {"hidden_units": [6]}, "data": "digits", "batch_size_per_gpu": 16,
           "max_steps": 3, "optimizer": "Adam", "optimizer_params": {"learning_rate": 0.1}, "random_seed": 1}
@@ -40,10 +39,8 @@ def source_model(source):
     return run.model
 
 
-def _config(tmp_path, name, text):
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(text + f"\nlogdir: {tmp_path / name}\n")
-    return load_config([str(path)])
+def _config(tmp_path, name, run):
+    return load_config([str(write_run(tmp_path, run, f"{name}.yaml", logdir=name))])
 
 
 def _started(config):
@@ -68,11 +65,11 @@ def _layer_output(model, layer, inputs):
 
 def test_a_path_map_starts_other_layers_from_another_runs_checkpoint(tmp_path, source, source_model):
     _, logdir = source
-    config = _config(tmp_path, "renamed", yaml.safe_dump({
+    config = _config(tmp_path, "renamed", {
         **{k: v for k, v in SOURCE.items() if k not in ("model", "model_params")},
         "model": {"factory": "tests.training.warm_start_models:renamed_mlp"},
         "init_from": {"path": str(logdir), "variables": {"^dense_0/(.*)": "encoder_0/\\1"}},
-    }))
+    })
     run, lines = _started(config)
     inputs = _digits(run)
     # The mapped layer computes exactly what the source's layer does; the head is not mapped.
@@ -85,16 +82,15 @@ def test_a_path_map_starts_other_layers_from_another_runs_checkpoint(tmp_path, s
 
 
 def test_same_paths_load_without_a_map_and_predict_as_the_source(tmp_path, source, source_model):
-    config = _config(tmp_path, "same", yaml.safe_dump({**SOURCE, "init_from": {"path": str(source[1] / "checkpoints")}}))
+    config = _config(tmp_path, "same", {**SOURCE, "init_from": {"path": str(source[1] / "checkpoints")}})
     run, _ = _started(config)
     inputs = _digits(run)
     np.testing.assert_array_equal(run.model(inputs).numpy(), source_model(inputs).numpy())
 
 
 def test_a_shape_mismatch_is_one_line_naming_both_paths_and_shapes(cli, tmp_path, source):
-    path = tmp_path / "wider.yaml"
-    path.write_text(yaml.safe_dump({**SOURCE, "model_params": {"hidden_units": [7]}, "logdir": str(tmp_path / "wider"),
-                                    "init_from": {"path": str(source[1])}}))
+    path = write_run(tmp_path, {**SOURCE, "model_params": {"hidden_units": [7]}, "init_from": {"path": str(source[1])}},
+                     "wider.yaml", logdir="wider")
     result = cli("train", "--config", path)
     assert result.exit_code == 2
     line = one_error_line(result)
@@ -104,9 +100,9 @@ def test_a_shape_mismatch_is_one_line_naming_both_paths_and_shapes(cli, tmp_path
 
 
 def test_skip_mismatch_skips_those_and_loads_the_rest(tmp_path, source, source_model):
-    config = _config(tmp_path, "deeper", yaml.safe_dump({
+    config = _config(tmp_path, "deeper", {
         **SOURCE, "model_params": {"hidden_units": [6, 4]},
-        "init_from": {"path": str(source[1]), "skip_mismatch": True}}))
+        "init_from": {"path": str(source[1]), "skip_mismatch": True}})
     fresh = build_run(config, get_backend()).model.get_layer("logits").kernel.numpy()
     run, lines = _started(config)
     inputs = _digits(run)
@@ -138,8 +134,8 @@ def keras_source(tmp_path_factory):
 ])
 def test_keras_files_are_sources(tmp_path, keras_source, file, variables):
     model, folder = keras_source
-    config = _config(tmp_path, "from_file", yaml.safe_dump({
-        **SOURCE, "init_from": {"path": str(folder / file), "variables": variables}}))
+    config = _config(tmp_path, "from_file", {
+        **SOURCE, "init_from": {"path": str(folder / file), "variables": variables}})
     run, lines = _started(config)
     inputs = _digits(run).reshape(8, -1)
     np.testing.assert_array_equal(_layer_output(run.model, "dense_0", inputs), _layer_output(model, "enc", inputs))
@@ -148,7 +144,7 @@ def test_keras_files_are_sources(tmp_path, keras_source, file, variables):
 
 def test_nothing_found_is_refused_with_both_sides_names(tmp_path, keras_source):
     _, folder = keras_source
-    config = _config(tmp_path, "unmapped", yaml.safe_dump({**SOURCE, "init_from": {"path": str(folder / "source.keras")}}))
+    config = _config(tmp_path, "unmapped", {**SOURCE, "init_from": {"path": str(folder / "source.keras")}})
     with pytest.raises(ConfigError) as caught:
         _started(config)
     [issue] = caught.value.issues
@@ -178,7 +174,7 @@ def test_a_resumed_run_never_applies_init_from_again(tmp_path, source, train_log
 
 def test_float16_masters_start_from_the_loaded_weights(tmp_path, source, source_model):
     """dtype float16 keeps float32 masters, made at the build: they must take the loaded values too."""
-    config = _config(tmp_path, "half", yaml.safe_dump({**SOURCE, "dtype": "float16", "init_from": {"path": str(source[1])}}))
+    config = _config(tmp_path, "half", {**SOURCE, "dtype": "float16", "init_from": {"path": str(source[1])}})
     run, _ = _started(config)
     masters = {master.path.replace("_master", ""): master for master in run.train_op.optimizer.masters}
     kernel = masters["dense_0/kernel"].numpy()
@@ -189,7 +185,7 @@ def test_a_checkpoint_written_before_variable_paths_loads_by_position(tmp_path, 
     """An opt-train checkpoint of before `variable_paths` holds the list `model_variables` alone: the same
     model takes it position by position, as `load_model`'s object-graph restore did."""
     tf.train.Checkpoint(model_variables=list(source_model.variables)).write(str(tmp_path / "old" / "ckpt-3"))
-    config = _config(tmp_path, "old_run", yaml.safe_dump({**SOURCE, "load_model": str(tmp_path / "old")}))
+    config = _config(tmp_path, "old_run", {**SOURCE, "load_model": str(tmp_path / "old")})
     run, lines = _started(config)
     np.testing.assert_array_equal(run.model(_digits(run)).numpy(), source_model(_digits(run)).numpy())
     assert f"initialized 4 of 4 variables from {tmp_path / 'old' / 'ckpt-3'}" in lines, lines
@@ -197,7 +193,7 @@ def test_a_checkpoint_written_before_variable_paths_loads_by_position(tmp_path, 
 
 def test_load_model_under_float16_gives_the_masters_the_loaded_weights_too(tmp_path, source, source_model):
     """OpenSeq2Seq's `load_model` left the float32 masters at their fresh values: the first update undid the load."""
-    config = _config(tmp_path, "half_load", yaml.safe_dump({**SOURCE, "dtype": "float16", "load_model": str(source[1])}))
+    config = _config(tmp_path, "half_load", {**SOURCE, "dtype": "float16", "load_model": str(source[1])})
     run, _ = _started(config)
     masters = {master.path.replace("_master", ""): master for master in run.train_op.optimizer.masters}
     np.testing.assert_array_equal(masters["dense_0/kernel"].numpy(), source_model.get_layer("dense_0").kernel.numpy()
@@ -208,9 +204,9 @@ def test_verbose_names_what_was_not_found(tmp_path, source, monkeypatch):
     from opt_train import quiet
 
     monkeypatch.setenv(quiet.VERBOSE_VARIABLE, "1")
-    config = _config(tmp_path, "verbose", yaml.safe_dump({
+    config = _config(tmp_path, "verbose", {
         **SOURCE, "model_params": {"hidden_units": [6, 4]},
-        "init_from": {"path": str(source[1]), "variables": {"^dense_0/": "dense_0/"}}}))
+        "init_from": {"path": str(source[1]), "variables": {"^dense_0/": "dense_0/"}}})
     _, lines = _started(config)
     assert any(line.startswith("init_from: not found in ") and line.endswith(
         "dense_1/bias, dense_1/kernel, logits/bias, logits/kernel") for line in lines), lines
@@ -222,7 +218,7 @@ def test_an_unreadable_source_is_one_error_at_the_path(tmp_path, name):
         (tmp_path / "ckpt-1.index").write_bytes(b"not a checkpoint index")
     else:
         (tmp_path / name).write_bytes(b"not a Keras file")
-    config = _config(tmp_path, "broken", yaml.safe_dump({**SOURCE, "init_from": {"path": str(tmp_path / name)}}))
+    config = _config(tmp_path, "broken", {**SOURCE, "init_from": {"path": str(tmp_path / name)}})
     with pytest.raises(ConfigError) as caught:
         _started(config)
     [issue] = caught.value.issues
@@ -231,8 +227,8 @@ def test_an_unreadable_source_is_one_error_at_the_path(tmp_path, name):
 
 
 def test_two_source_variables_mapped_to_one_are_refused(tmp_path, source):
-    config = _config(tmp_path, "twice", yaml.safe_dump({
-        **SOURCE, "init_from": {"path": str(source[1]), "variables": {"^(dense_0|logits)/bias$": "logits/bias"}}}))
+    config = _config(tmp_path, "twice", {
+        **SOURCE, "init_from": {"path": str(source[1]), "variables": {"^(dense_0|logits)/bias$": "logits/bias"}}})
     with pytest.raises(ConfigError) as caught:
         _started(config)
     [issue] = caught.value.issues
