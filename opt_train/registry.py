@@ -1,8 +1,8 @@
 """The one registry type every plug-in kind is a table of: `Row`s found by any spelling, checked by one call, TF-free.
 
-A kind (models, datasets, lr policies, gradient transforms, loss scalers, lr controls,
-sweep samplers and pruners; optimizers in `opt_train.optimizers.table` and config keys in
-`opt_train.config.schema` follow the same pattern) is one `Table` of `Row`s. A row names
+A kind (optimizers, models, datasets, lr policies, gradient transforms, loss scalers, lr
+controls, sweep samplers and pruners; config keys in `opt_train.config.schema` follow the same
+pattern) is one `Table` of `Row`s. A row names
 its entry, says what it is in one line (`summary`), declares its parameters as an
 `opt_train.params` spec, and names the code that implements it as a dotted
 "package.module:attribute" string, imported only when `Table.load` is called, so a table
@@ -175,6 +175,7 @@ def describe_params(defaults, *, markdown=False):
 # Every table, as "module:attribute" (imported on first use: `tables()`): what `opt-train list`
 # shows, what the docs' reference tables are printed from, and what tests/test_registries.py walks.
 TABLES = {
+    "optimizers": "opt_train.optimizers.table:OPTIMIZERS",
     "models": "opt_train.models.registry:MODELS",
     "datasets": "opt_train.data.registry:DATASETS",
     "lr_policies": "opt_train.lr_policies.registry:POLICIES",
@@ -186,6 +187,11 @@ TABLES = {
 }
 
 
+def table(kind):
+    """The `Table` of `kind` (a key of `TABLES`), TF-free: how code below the table's layer reaches its rows."""
+    return load(TABLES[kind])
+
+
 def tables():
     """{kind: Table} of every registry (`TABLES`), TF-free."""
-    return {kind: load(location) for kind, location in TABLES.items()}
+    return {kind: table(kind) for kind in TABLES}

@@ -93,10 +93,12 @@ def test_a_pruners_defaults_are_optunas(name):
 
 
 @pytest.mark.parametrize("name", sorted(TABLES["lr_controls"].rows))
-def test_an_lr_controls_code_is_the_rule_the_control_applies(name):
+def test_an_lr_controls_code_is_one_of_the_controls_rules(name):
+    # LearningRateControl calls the row's code (tests/training/test_controls.py), so it is one of its methods.
     from opt_train.training.controls import LearningRateControl
 
-    assert TABLES["lr_controls"].load(name) is getattr(LearningRateControl, f"_{name}")
+    rule = TABLES["lr_controls"].load(name)
+    assert rule.__qualname__.startswith("LearningRateControl.") and getattr(LearningRateControl, rule.__name__) is rule
 
 
 def test_list_shows_every_registrys_rows_without_tensorflow():
@@ -111,20 +113,3 @@ def test_list_shows_every_registrys_rows_without_tensorflow():
         for name, row in table.rows.items():
             assert any(line.startswith(f"{name} ") and row.summary in line for line in lines), (kind, name)
 
-
-def _optimizer_rows():
-    from opt_train.optimizers.table import OPTIMIZERS
-
-    return OPTIMIZERS.rows
-
-
-@pytest.mark.parametrize("name", list(_optimizer_rows()))
-def test_an_optimizer_row_is_a_registry_row_whose_code_imports_and_defaults_pass(name):
-    # The optimizer table (`optimizers/table.py`) has its own completeness tests (tests/optimizers/test_table.py)
-    # and no summaries: the docs' optimizer pages describe each.
-    row = _optimizer_rows()[name]
-    assert isinstance(row, Row)
-    assert callable(registry.load(row.code))
-    for param, spec in row.params.items():
-        if spec.default is not REQUIRED:
-            spec.rule(param, spec.default)

@@ -5,7 +5,7 @@ import click
 from opt_train.params import REQUIRED
 from opt_train.registry import TABLES, describe_params, tables
 
-TOPICS = ("keys", "optimizers", *TABLES, "summaries")
+TOPICS = ("keys", *TABLES, "summaries")
 # The topics whose docs table `--markdown` prints: the keys and every registry.
 MARKDOWN_TOPICS = ("keys", *TABLES)
 
@@ -46,7 +46,8 @@ def _lines(topic):
         from opt_train.optimizers import table
 
         for name, family, params in table.describe():
-            yield f"{name:<26} [{family}] {describe_params(params)}"
+            yield f"{name:<26} [{family}] {table.TABLE[name].summary}"
+            yield f"{'':<26} {describe_params(params)}"
     elif topic == "summaries":
         from opt_train.optimizers.names import OPTIMIZER_SUMMARIES
 

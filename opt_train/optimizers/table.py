@@ -78,10 +78,9 @@ class Row(registry.Row):
     beta powers, Nadam's `u_product`): the memory plan and the mesh layouts read them.
     `mesh` says why the class cannot update variables laid out on a DTensor mesh (None: it
     can), unless its parameter `mesh_unless` is true (`mesh_refusal` reads both). `code` is
-    `location` made absolute; `summary` is empty: the docs' optimizer pages describe each.
+    `location` made absolute; `summary` says where the rule comes from and what it computes.
     """
 
-    summary: str = ""
     family: str
     location: str
     keras_class: str | None = None
@@ -94,6 +93,17 @@ class Row(registry.Row):
     def __post_init__(self):
         assert all(slot.shape in SLOT_SHAPES for slot in self.state), self.name
         object.__setattr__(self, "code", f"{PACKAGE}.{self.location}")
+
+    def defaults(self):
+        """{param: default} for listings, without the arguments every own class takes (`COMMON_PARAMETERS`)."""
+        return {key: value for key, value in super().defaults().items() if key not in COMMON_PARAMETERS}
+
+    @property
+    def on_mesh(self):
+        """Whether it updates variables laid out on a DTensor mesh, in a word or a condition (the docs' column)."""
+        if self.mesh is None:
+            return "yes"
+        return f"with `{self.mesh_unless}: true`" if self.mesh_unless else "no"
 
 
 # ----- the columns' shared parts -----
@@ -220,12 +230,13 @@ _ADAM_SLOTS = {"m": "_momentums", "v": "_velocities", "vhat": "_velocity_hats"}
 _ADAM_STATE = [Slot("m"), Slot("v"), Slot("vhat", when="amsgrad")]
 
 
-def own(name, family, location, params, state=(), scalars=0, mesh=None, mesh_unless=None):
+def own(name, summary, family, location, params, state=(), scalars=0, mesh=None, mesh_unless=None):
     """The row of one of opt-train's own classes (on `base.Optimizer`): its arguments and `use_locking`.
 
     `state`: the names of its per-variable slots (or `Slot`s where one is not simply the variable's shape).
     """
-    return Row(name=name, family=family, location=location, params={**params, "use_locking": USE_LOCKING},
+    return Row(name=name, summary=summary, family=family, location=location,
+               params={**params, "use_locking": USE_LOCKING},
                state=_slots(state), scalars=scalars, mesh=mesh, mesh_unless=mesh_unless)
 
 
@@ -235,12 +246,12 @@ def _fused_only(name, kernel, keras_twin, unless=""):
             f"(no layout propagation); use {unless}{keras_twin}")
 
 
-def keras_builtin(name, keras_class, slots, params, state=None, scalars=0):
+def keras_builtin(name, summary, keras_class, slots, params, state=None, scalars=0):
     """The row of a Keras 3 built-in, wrapped with the TF1 API in `keras_family.py` (Keras' defaults).
 
     `state` defaults to one variable-shaped slot per entry of `slots`.
     """
-    return Row(name=name, family="keras", location=f"keras_family:{name}", params=dict(params),
+    return Row(name=name, summary=summary, family="keras", location=f"keras_family:{name}", params=dict(params),
                keras_class=keras_class, slots=dict(slots), state=_slots(slots if state is None else state),
                scalars=scalars)
 
@@ -253,39 +264,61 @@ def _slots(names):
 
 ROWS = (
     # TF1's tf.compat.v1.train optimizers, with TF1's defaults.
-    own("GradientDescent", "tf1", "gradient_descent:GradientDescent", {"learning_rate": _lr(0.01)}),
-    own("ProximalGradientDescent", "tf1", "gradient_descent:ProximalGradientDescent",
+    own("GradientDescent",
+        "TF1's GradientDescentOptimizer: `w -= lr * g`",
+        "tf1", "gradient_descent:GradientDescent", {"learning_rate": _lr(0.01)}),
+    own("ProximalGradientDescent",
+        "TF1's ProximalGradientDescentOptimizer: a gradient step, then L1/L2 proximal shrinkage (FOBOS)",
+        "tf1", "gradient_descent:ProximalGradientDescent",
         {"learning_rate": _lr(0.01), **_L1_L2}),
-    own("Momentum", "tf1", "momentum:Momentum", {
+    own("Momentum",
+        "TF1's MomentumOptimizer: the accumulator sums raw gradients and today's rate multiplies it; optional Nesterov",
+        "tf1", "momentum:Momentum", {
         "learning_rate": _lr(0.01),
         # TF1's MomentumOptimizer has no default momentum.
         "momentum": Param(REQUIRED, p.NON_NEGATIVE_FLOAT),
         "use_nesterov": Param(False, _BOOL),
     }, state=["momentum"]),
-    own("Adagrad", "tf1", "adagrad:Adagrad",
+    own("Adagrad",
+        "TF1's AdagradOptimizer: the step divided by the root of the summed squared gradients",
+        "tf1", "adagrad:Adagrad",
         {"learning_rate": _lr(0.01), "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT)},
         state=["accumulator"]),
-    own("ProximalAdagrad", "tf1", "adagrad:ProximalAdagrad", {
+    own("ProximalAdagrad",
+        "TF1's ProximalAdagradOptimizer: Adagrad steps with L1/L2 proximal shrinkage (FOBOS)",
+        "tf1", "adagrad:ProximalAdagrad", {
         "learning_rate": _lr(0.01),
         "initial_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
         **_L1_L2,
     }, state=["accumulator"]),
-    own("AdagradDA", "tf1", "adagrad_da:AdagradDA", {
+    own("AdagradDA",
+        "TF1's AdagradDAOptimizer: Adagrad dual averaging with L1/L2, counting its own steps",
+        "tf1", "adagrad_da:AdagradDA", {
         "learning_rate": _lr(0.01),
         "initial_gradient_squared_accumulator_value": Param(0.1, p.POSITIVE_FLOAT),
         **_L1_L2,
     }, state=["gradient_accumulator", "gradient_squared_accumulator"]),
-    own("Adadelta", "tf1", "adadelta:Adadelta", {
+    own("Adadelta",
+        "TF1's AdadeltaOptimizer (Zeiler, 2012), its step times `learning_rate`",
+        "tf1", "adadelta:Adadelta", {
         "learning_rate": _lr(0.001),
         "rho": Param(0.95, p.UNIT),
         "epsilon": Param(1e-8, p.NON_NEGATIVE),
     }, state=["accum", "accum_update"],
         mesh=_fused_only("Adadelta", "ResourceApplyAdadelta", "KerasAdadelta (keras.optimizers.Adadelta)")),
     # TF1's Adam keeps beta_1^t and beta_2^t as two scalars.
-    own("Adam", "tf1", "adam:Adam", _TF1_ADAM, state=["m", "v"], scalars=2),
-    own("LazyAdam", "tf1", "adam:LazyAdam", _TF1_ADAM, state=["m", "v"], scalars=2),
-    own("Ftrl", "tf1", "ftrl:Ftrl", {"learning_rate": _lr(0.01), **_FTRL}, state=["accum", "linear"]),
-    own("RMSProp", "tf1", "rmsprop:RMSProp", {
+    own("Adam",
+        "TF1's AdamOptimizer: bias corrections folded into the step size, epsilon-hat form",
+        "tf1", "adam:Adam", _TF1_ADAM, state=["m", "v"], scalars=2),
+    own("LazyAdam",
+        "TF1 Adam that, for a sparse gradient, updates only the rows looked up (and their moments)",
+        "tf1", "adam:LazyAdam", _TF1_ADAM, state=["m", "v"], scalars=2),
+    own("Ftrl",
+        "TF1's FtrlOptimizer: FTRL-Proximal (McMahan et al., 2013) with L1, L2, L2 shrinkage and beta",
+        "tf1", "ftrl:Ftrl", {"learning_rate": _lr(0.01), **_FTRL}, state=["accum", "linear"]),
+    own("RMSProp",
+        "TF1's RMSPropOptimizer: mean square starting at 1, epsilon inside the root, rate inside the momentum; optional centered",
+        "tf1", "rmsprop:RMSProp", {
         "learning_rate": _lr(0.01),
         "rho": Param(0.9, p.UNIT),
         "momentum": Param(0.0, p.NON_NEGATIVE),
@@ -296,16 +329,24 @@ ROWS = (
                          unless="centered: true (its kernel has the rule), or "),
         mesh_unless="centered"),
     # Keras 3's classes, wrapped; TF1 names win a clash, so Keras's Adam & co. take a "Keras" prefix.
-    keras_builtin("SGD", "SGD", {"momentum": "momentums"},
+    keras_builtin("SGD",
+        "Keras 3's SGD: gradient descent with optional (Nesterov) momentum on gradients times rates",
+        "SGD", {"momentum": "momentums"},
           {"learning_rate": _lr(0.01),
            # Keras refuses a momentum that is no float, in its one sentence; YAML's `momentum: 1` passes as 1.0.
            "momentum": Param(0.0, keras_says(p.UNIT, "`momentum` must be a float between [0, 1].",
                                              codes=("out_of_range", "wrong_type"))),
            "nesterov": Param(False, _BOOL)},
           state=[Slot("momentum", when="momentum")]),
-    keras_builtin("Adamax", "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
-    keras_builtin("Nadam", "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM, scalars=1),
-    keras_builtin("AdamW", "AdamW", _ADAM_SLOTS, {
+    keras_builtin("Adamax",
+        "Keras 3's Adamax: Adam with the infinity norm in place of the second moment",
+        "Adamax", {"m": "_m", "u": "_u"}, _KERAS_ADAM),
+    keras_builtin("Nadam",
+        "Keras 3's Nadam: Adam with Nesterov momentum",
+        "Nadam", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM, scalars=1),
+    keras_builtin("AdamW",
+        "Keras 3's AdamW: Adam with decoupled weight decay",
+        "AdamW", _ADAM_SLOTS, {
         "learning_rate": _lr(0.001),
         "weight_decay": Param(0.004, keras_says(
             p.NON_NEGATIVE_FLOAT, "Argument `weight_decay` must be a float. Received: weight_decay={value}",
@@ -314,7 +355,9 @@ ROWS = (
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
         "amsgrad": Param(False, _BOOL),
     }, state=_ADAM_STATE),
-    keras_builtin("Adafactor", "Adafactor", {"r": "_r", "c": "_c", "v": "_v"}, {
+    keras_builtin("Adafactor",
+        "Keras 3's Adafactor: second moment factored into row and column averages",
+        "Adafactor", {"r": "_r", "c": "_c", "v": "_v"}, {
         "learning_rate": _lr(0.001),
         "beta_2_decay": Param(-0.8, p.ANY_NUMBER),
         "epsilon_1": Param(1e-30, p.NON_NEGATIVE_FLOAT),
@@ -322,7 +365,9 @@ ROWS = (
         "clip_threshold": Param(1.0, p.NON_NEGATIVE_FLOAT),
         "relative_step": Param(True, _BOOL),
     }, state=[Slot("r", "rows"), Slot("c", "columns"), Slot("v")]),
-    keras_builtin("Lion", "Lion", {"m": "_momentums"}, {
+    keras_builtin("Lion",
+        "Keras 3's Lion: the sign of an interpolated momentum as the step",
+        "Lion", {"m": "_momentums"}, {
         "learning_rate": _lr(0.001),
         "beta_1": Param(0.9, keras_says(
             p.number(0, 1, low_open=True, interval=True),
@@ -330,8 +375,12 @@ ROWS = (
             "Received: beta_1={value}.")),
         "beta_2": Param(0.99, p.FRACTION),
     }),
-    keras_builtin("Lamb", "Lamb", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
-    keras_builtin("Muon", "Muon", {"momentum": "momentums", "v": "adam_velocities"}, {
+    keras_builtin("Lamb",
+        "Keras 3's Lamb: Adam steps scaled per layer by the trust ratio",
+        "Lamb", {"m": "_momentums", "v": "_velocities"}, _KERAS_ADAM),
+    keras_builtin("Muon",
+        "Keras 3's Muon: momentum orthogonalised by Newton-Schulz for matrices, AdamW for the rest",
+        "Muon", {"momentum": "momentums", "v": "adam_velocities"}, {
         "learning_rate": _lr(0.001),
         "adam_beta_1": Param(0.9, p.FRACTION),
         "adam_beta_2": Param(0.999, p.FRACTION),
@@ -349,28 +398,40 @@ ROWS = (
         "nesterov": Param(True, _BOOL),
         "rms_rate": Param(0.2, p.optional(p.NON_NEGATIVE_FLOAT)),
     }, state=[Slot("momentum"), Slot("v", when="adam_variable")]),
-    keras_builtin("ScheduleFreeAdamW", "ScheduleFreeAdamW", {"z": "_momentums", "v": "_velocities"}, {
+    keras_builtin("ScheduleFreeAdamW",
+        "Keras 3's ScheduleFreeAdamW: schedule-free AdamW, interpolating and averaging iterates",
+        "ScheduleFreeAdamW", {"z": "_momentums", "v": "_velocities"}, {
         "learning_rate": _lr(0.0025),
         **_ADAM,
         "epsilon": Param(1e-8, p.NON_NEGATIVE_FLOAT),
         "warmup_steps": Param(0, p.integer(0)),
     }),
-    keras_builtin("KerasAdam", "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)},
+    keras_builtin("KerasAdam",
+        "Keras 3's Adam (keras.optimizers.Adam): bias-corrected moments, epsilon outside the root",
+        "Adam", _ADAM_SLOTS, {**_KERAS_ADAM, "amsgrad": Param(False, _BOOL)},
                   state=_ADAM_STATE),
-    keras_builtin("KerasAdagrad", "Adagrad", {"accumulator": "_accumulators"}, {
+    keras_builtin("KerasAdagrad",
+        "Keras 3's Adagrad (keras.optimizers.Adagrad)",
+        "Adagrad", {"accumulator": "_accumulators"}, {
         "learning_rate": _lr(0.001),
         "initial_accumulator_value": Param(0.1, p.NON_NEGATIVE_FLOAT),
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     }),
-    keras_builtin("KerasAdadelta", "Adadelta",
+    keras_builtin("KerasAdadelta",
+        "Keras 3's Adadelta (keras.optimizers.Adadelta)",
+        "Adadelta",
                   {"accum": "_accumulated_grads", "accum_update": "_accumulated_delta_vars"}, {
         "learning_rate": _lr(0.001),
         "rho": Param(0.95, p.UNIT),
         "epsilon": Param(1e-7, p.NON_NEGATIVE_FLOAT),
     }),
-    keras_builtin("KerasFtrl", "Ftrl", {"accum": "_accumulators", "linear": "_linears"},
+    keras_builtin("KerasFtrl",
+        "Keras 3's Ftrl (keras.optimizers.Ftrl): FTRL-Proximal",
+        "Ftrl", {"accum": "_accumulators", "linear": "_linears"},
                   {"learning_rate": _lr(0.001), **_KERAS_FTRL}),
-    keras_builtin("KerasRMSprop", "RMSprop",
+    keras_builtin("KerasRMSprop",
+        "Keras 3's RMSprop (keras.optimizers.RMSprop): plain or centered, with momentum",
+        "RMSprop",
                   {"rms": "_velocities", "momentum": "_momentums", "mg": "_average_gradients"}, {
         "learning_rate": _lr(0.001),
         "rho": Param(0.9, p.UNIT),
@@ -379,7 +440,9 @@ ROWS = (
         "centered": Param(False, _BOOL),
     }, state=[Slot("rms"), Slot("momentum", when="momentum"), Slot("mg", when="centered")]),
     # OpenSeq2Seq's.
-    own("NovoGrad", "openseq2seq", "novograd:NovoGrad", {
+    own("NovoGrad",
+        "OpenSeq2Seq's NovoGrad (Ginsburg et al., 2019): momentum SGD on gradients divided by a layer-wise second moment",
+        "openseq2seq", "novograd:NovoGrad", {
         "learning_rate": _lr(1.0),
         "beta_1": Param(0.95, p.UNIT),
         "beta_2": Param(0.98, p.UNIT),
@@ -388,27 +451,41 @@ ROWS = (
         "grad_averaging": Param(False, _BOOL),
     }, state=["momentum", Slot("grads_ema", "scalar", dtype="float32")]),
     # RETURNN's.
-    own("AMSGrad", "returnn", "amsgrad:AMSGrad", {
+    own("AMSGrad",
+        "RETURNN's AMSGradOptimizer: Adam without bias correction, denominator `sqrt(max(v_hat, v))`; `decay` divides lr by `sqrt(t)`",
+        "returnn", "amsgrad:AMSGrad", {
         "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
         "decay": Param(False, _BOOL),
         "beta_1": Param(0.9, p.FRACTION),
         "beta_2": Param(0.99, p.FRACTION),
         "epsilon": Param(0.0, p.NON_NEGATIVE),
     }, state=["m", "v", "v_hat"]),
-    own("CustomGradientDescent", "returnn", "custom:CustomGradientDescent",
+    own("CustomGradientDescent",
+        "RETURNN's example on BaseCustomOptimizer: `w -= lr * g`",
+        "returnn", "custom:CustomGradientDescent",
         {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
-    own("CustomAdam", "returnn", "custom:CustomAdam", _RETURNN_ADAM, state=["m", "v"]),
-    own("GradVarianceScaled", "returnn", "grad_variance_scaled:GradVarianceScaled", _RETURNN_ADAM,
+    own("CustomAdam",
+        "RETURNN's CustomAdamOptimizer: TF1 Adam on BaseCustomOptimizer; a sparse gradient updates only its rows",
+        "returnn", "custom:CustomAdam", _RETURNN_ADAM, state=["m", "v"]),
+    own("GradVarianceScaled",
+        "RETURNN's: `w -= lr * g * min(v / ((g - m)^2 + epsilon), 1)`, `v` the running variance of `g`",
+        "returnn", "grad_variance_scaled:GradVarianceScaled", _RETURNN_ADAM,
         state=["m", "v"]),
-    own("NeuralOptimizer1", "returnn", "neural_optimizer1:NeuralOptimizer1", {
+    own("NeuralOptimizer1",
+        "RETURNN's (neural optimizer search): `w -= lr * g`, times `decrease_factor` where `sign(g) != sign(m)`",
+        "returnn", "neural_optimizer1:NeuralOptimizer1", {
         "learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE),
         "beta_1": Param(0.9, p.FRACTION),
         "decrease_factor": Param(0.1, p.NON_NEGATIVE),
     }, state=["m"]),
-    own("NormalizedSGD", "returnn", "normalized_sgd:NormalizedSGD",
+    own("NormalizedSGD",
+        "RETURNN's: `w -= lr * g / ||g||` per variable",
+        "returnn", "normalized_sgd:NormalizedSGD",
         {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
     # RETURNN's NadamOptimizer: TF1 Adam's arguments and defaults.
-    own("ReturnnNadam", "returnn", "returnn_nadam:ReturnnNadam", _TF1_ADAM, state=["m", "v"], scalars=2),
+    own("ReturnnNadam",
+        "RETURNN's NadamOptimizer (TF1 contrib's): TF1 Adam whose step uses `beta_1 * m + (1 - beta_1) * g`; not Keras's Nadam",
+        "returnn", "returnn_nadam:ReturnnNadam", _TF1_ADAM, state=["m", "v"], scalars=2),
 )
 
 # ----- views of the table -----
@@ -421,7 +498,8 @@ assert {row.family for row in ROWS} <= set(FAMILY_NAMES)
 OPTIMIZER_NAMES = tuple(row.name for family in FAMILY_NAMES for row in ROWS if row.family == family)
 # display name -> {parameter: Param}: the class's own constructor arguments.
 OPTIMIZER_PARAMS = {name: TABLE[name].params for name in OPTIMIZER_NAMES}
-OPTIMIZERS = registry.Table("optimizer", [TABLE[name] for name in OPTIMIZER_NAMES])
+OPTIMIZERS = registry.Table("optimizer", [TABLE[name] for name in OPTIMIZER_NAMES],
+                            columns=("family", "summary", "parameters", "on_mesh"))
 
 # Names TF1 / RETURNN users know that are not optimizers here, and what replaces them.
 REPLACED = {
@@ -495,11 +573,4 @@ def describe():
     arguments common to all (weight_decay, clipnorm, ...) and `use_locking` are
     left out, unless the class has its own default.
     """
-    return [
-        (name, TABLE[name].family, {
-            key: "required" if param.required else param.default
-            for key, param in TABLE[name].params.items()
-            if key not in COMMON_PARAMETERS  # every own class takes them: said once
-        })
-        for name in OPTIMIZER_NAMES
-    ]
+    return [(name, TABLE[name].family, TABLE[name].defaults()) for name in OPTIMIZER_NAMES]

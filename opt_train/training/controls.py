@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from opt_train import registry
 from opt_train.data.objective_names import monitor_direction
 from opt_train.errors import ParamError
 
@@ -52,6 +53,8 @@ class LearningRateControl:
     def __init__(self, params, schedule, backend):
         self.params = dict(params)
         self.mode = self.params.pop("mode")
+        # The mode's row names its rule (one of the methods below), called as `rule(self, score, base_rate)`.
+        self.rule = registry.table("lr_controls").load(self.mode)
         # newbob reads an error (lower is better, RETURNN's); plateau goes Keras's `mode` way.
         self.direction = monitor_direction(self.params["monitor"], self.params.get("monitor_mode", "min"))
         self.schedule = schedule
@@ -86,7 +89,7 @@ class LearningRateControl:
                     f"is not an eval metric (this run's evaluation reports {', '.join(sorted(results))})",
                     self.params["monitor"],
                 )
-            getattr(self, f"_{self.mode}")(float(score), float(base_rate))
+            self.rule(self, float(score), float(base_rate))
         if self.backend.size > 1:
             self.backend.broadcast_variables(self.variables(), root_rank=0)
         after = float(self.schedule.scale.numpy())

@@ -96,8 +96,9 @@ def test_list_shows_every_name_with_parameters_and_defaults(cli):
     lines = result.output.splitlines()
     for name in OPTIMIZER_NAMES:
         assert any(line.startswith(f"{name} ") for line in lines), name
-    assert any(line.startswith("Momentum ") and "momentum (required)" in line for line in lines)
-    assert any(line.startswith("RMSProp ") and "epsilon=1e-10" in line for line in lines)
+    # An optimizer's parameters are on the line after its name and summary.
+    assert any(line.startswith("Momentum ") and "momentum (required)" in after for line, after in zip(lines, lines[1:]))
+    assert any(line.startswith("RMSProp ") and "epsilon=1e-10" in after for line, after in zip(lines, lines[1:]))
     for name in POLICY_NAMES:
         assert any(line.startswith(f"{name} ") for line in lines), name
     for name in ("mlp", "cnn", "transformer", "digits", "reversal", "npz", "csv", "Backoff", "larc_summaries"):

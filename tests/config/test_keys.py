@@ -76,7 +76,7 @@ def test_list_keys_shows_every_key_with_its_default_without_tensorflow():
 def test_list_markdown_prints_the_docs_table_and_is_refused_for_other_topics(cli):
     result = cli("list", "keys", "--markdown")
     assert result.exit_code == 0 and result.output.strip() == keys.markdown()
-    result = cli("list", "optimizers", "--markdown")
+    result = cli("list", "summaries", "--markdown")
     assert result.exit_code == 2 and "--markdown" in result.output
 
 

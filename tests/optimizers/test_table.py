@@ -93,12 +93,13 @@ def test_every_row_names_a_class_of_that_name_in_its_family():
 
 
 def _listed(output):
-    """{name: (family, {parameter: shown default})} from `opt-train list optimizers`."""
+    """{name: (family, {parameter: shown default})} from `opt-train list optimizers` (its parameters on the next line)."""
     rows = {}
-    for line in output.splitlines():
-        found = re.match(r"^(\w+)\s+\[(\w+)\]\s*(.*)$", line)
+    lines = output.splitlines()
+    for line, after in zip(lines, lines[1:]):
+        found = re.match(r"^(\w+)\s+\[(\w+)\] ", line)
         if found:
-            shown = dict(re.findall(r"(\w+)(?:=(\S+?)|\s\(required\))(?:,|$)", found.group(3)))
+            shown = dict(re.findall(r"(\w+)(?:=(\S+?)|\s\(required\))(?:,|$)", after.strip()))
             rows[found.group(1)] = (found.group(2), shown)
     return rows
 

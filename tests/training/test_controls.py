@@ -41,6 +41,22 @@ def test_plateau_is_keras_reduce_lr_on_plateau(params):
         assert rate == pytest.approx(float(model.optimizer.learning_rate.numpy()), rel=1e-6), epoch
 
 
+def _halve(control, score, base_rate):
+    control.schedule.scale.assign(control.schedule.scale * 0.5)
+
+
+@pytest.mark.parametrize("mode", ["newbob", "newbob_abs", "plateau"])
+def test_the_control_applies_the_rule_its_modes_row_names(monkeypatch, mode):
+    import dataclasses
+
+    from opt_train import registry
+
+    table = registry.table("lr_controls")
+    monkeypatch.setitem(table.rows, mode, dataclasses.replace(table.rows[mode], code=f"{__name__}:_halve"))
+    mine = control({"mode": mode}, rate=1.0)
+    assert [mine.after_evaluation({"loss": score}, step=0) for score in (1.0, 1.0)] == pytest.approx([0.5, 0.25])
+
+
 def test_newbob_by_returnns_formulas():
     """NewbobRelative: decay by 0.5 when (new - old) / |new| > -0.01, else keep (growth 1)."""
     mine = control({"mode": "newbob"}, rate=1.0)
