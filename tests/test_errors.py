@@ -56,11 +56,15 @@ def test_help_lists_every_exit_code(cli):
         assert f"{' / '.join(map(str, codes))} {meaning.replace('`', '')}" in help_text
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/commands.md"])
-def test_the_pages_exit_code_table_is_the_home_s(page):
+def test_the_exit_code_table_is_on_one_page_the_home_s():
+    """One page per topic: docs/commands.md holds the table; the README links to it (it held a second copy)."""
+    page = "docs/commands.md"
     assert exit_codes_markdown() in (REPO / page).read_text(), (
         f"{page}: paste this table (opt_train.errors.exit_codes_markdown()):\n{exit_codes_markdown()}"
     )
+    holding = [path.name for path in DOCS if "| code | meaning |" in path.read_text()]
+    assert holding == ["commands.md"], f"the exit-code table is on {holding}: keep it on {page} alone and link there"
+    assert "](docs/commands.md#exit-codes)" in (REPO / "README.md").read_text()
 
 
 def _tables(text):
