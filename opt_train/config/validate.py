@@ -43,7 +43,7 @@ def loss_scaler_params(values):
     """The loss scaler's parameters are its own; none are allowed with a static scale."""
     params = values["loss_scaling_params"]
     if isinstance(values["loss_scaling"], str):
-        errors = names.loss_scaler_param_errors(values["loss_scaling"], params)[1]
+        errors = names.LOSS_SCALER_NAMES.param_errors(values["loss_scaling"], params)[1]
         if errors:
             raise RuleErrors(errors)
     else:
@@ -101,14 +101,14 @@ def warmup_params(values):
 def model_params(values):
     """A built-in or saved model's parameters (a factory's go to the user's function unchecked)."""
     if not models.is_factory(values["model"]):
-        errors = models.param_errors(values["model"], values["model_params"])
+        errors = models.param_errors(values["model"], values["model_params"])[1]
         if errors:
             raise RuleErrors(errors)
 
 
 def data_params(values):
     """The dataset's parameters."""
-    errors = datasets.param_errors(values["data"], values["data_params"])
+    errors = datasets.param_errors(values["data"], values["data_params"])[1]
     if errors:
         raise RuleErrors(errors)
 

@@ -303,19 +303,20 @@ def is_factory(spec):
 
 
 def _factory_errors(spec, params):
-
+    """`(filled, errors)` for a factory's params: the ones opt-train reads (`FACTORY_SPEC`) checked, defaults
+    filled; the others pass through to the user's function."""
     try:
         split_spec(spec)
     except ValueError as error:
-        return [error]
+        return {}, [error]
     if params is not None and not isinstance(params, dict):
-        return [p.ParamError(None, "wrong_type", "data params must be a mapping", params)]
+        return {}, [p.ParamError(None, "wrong_type", "data params must be a mapping", params)]
     params = params or {}
     ours = {key: params[key] for key in FACTORY_SPEC if key in params}
     errors = p.param_errors(FACTORY_SPEC, ours, "data factory", required_by="for data factory")[1]
     if not errors and ours.get("task", "classification") == "classification" and ours.get("num_classes") is None:
         errors.append(p.ParamError("num_classes", "missing", "is required for a classification task"))
-    return errors
+    return {**{key: param.default for key, param in FACTORY_SPEC.items()}, **params}, errors
 
 
 
@@ -354,7 +355,8 @@ def _memory_errors(row, filled):
 
 
 def param_errors(name, params):
-    """Every problem with `params` for dataset `name` (exceptions with `.param`); missing files last."""
+    """`(filled, errors)` for dataset `name` (or a factory), as `Table.param_errors`: the row's rules, then its
+    memory, its files (missing files last) and what it checks of them (`after_files`)."""
     if is_factory(name):
         return _factory_errors(name, params)
     row = DATASETS[name]
@@ -364,7 +366,7 @@ def param_errors(name, params):
     errors = errors or _file_errors(row, filled)
     if not errors and row.after_files is not None:
         errors = row.after_files(filled)
-    return errors
+    return filled, errors
 
 
 def csv_header(path, delimiter):
@@ -401,12 +403,10 @@ def label_column_index(label_column, names, width, path):
 
 def check_params(name, params):
     """`params` for dataset `name` with defaults filled; raises the first problem."""
-    errors = param_errors(name, params)
+    filled, errors = param_errors(name, params)
     if errors:
         raise errors[0]
-    if is_factory(name):
-        return {**{key: param.default for key, param in FACTORY_SPEC.items()}, **(params or {})}
-    return DATASETS.check(name, params)
+    return filled
 
 
 def task_kind(name, params=None):

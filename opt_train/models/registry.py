@@ -218,41 +218,37 @@ def weights_note(spec, params):
 
 
 def param_errors(spec, params):
-    """Every problem with `params` for model `spec` (exceptions with `.param`)."""
+    """`(filled, errors)` for model `spec`, as `Table.param_errors`: a built-in's by its row, the other spec forms
+    (factory, keras_application, path) by their own rules (a factory's and an application's pass through)."""
     kind = spec_kind(spec)
-    if kind == "keras_application":
-        return _application_param_errors(params)
+    if kind == "name":
+        return MODELS.param_errors(spec, params)
     if kind == "path":
-        errors = p.param_errors(PATH_SPEC, params, "saved model", required_by="for saved model")[1]
+        filled, errors = p.param_errors(PATH_SPEC, params, "saved model", required_by="for saved model")
         if not errors:  # a missing file last, as for the datasets' files
             try:
                 p.existing_file("path", spec["path"])
             except p.ParamError as error:
                 error.key = "model.path"
                 errors.append(error)
-        return errors
-    if is_factory(spec):
-        try:
-            split_spec(spec)
-        except ValueError as error:
-            return [error]
-        return [] if params is None or isinstance(params, dict) else [
-            p.ParamError(None, "wrong_type", "model params must be a mapping", params)
-        ]
-    return MODELS.param_errors(spec, params)[1]
+        return filled, errors
+    if kind == "keras_application":
+        return dict(params or {}), _application_param_errors(params)
+    try:
+        split_spec(spec)
+    except ValueError as error:
+        return {}, [error]
+    return dict(params or {}), [] if params is None or isinstance(params, dict) else [
+        p.ParamError(None, "wrong_type", "model params must be a mapping", params)
+    ]
 
 
 def check_params(spec, params):
     """`params` for model `spec` with defaults filled (a factory's pass through); raises the first problem."""
-    errors = param_errors(spec, params)
+    filled, errors = param_errors(spec, params)
     if errors:
         raise errors[0]
-    kind = spec_kind(spec)
-    if kind == "path":
-        return p.check_params(PATH_SPEC, params, "saved model")
-    if kind != "name":
-        return dict(params or {})
-    return MODELS.check(spec, params)
+    return filled
 
 
 def check_task(spec, kind):

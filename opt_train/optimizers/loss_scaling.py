@@ -230,7 +230,7 @@ class AutomaticLossScaler(tf.Module):
     def __init__(self, algorithm="Backoff", params=None):
         super().__init__(name="automatic_loss_scaler")
         self.algorithm = names.resolve_loss_scaler(algorithm)
-        params = names.check_loss_scaler_params(self.algorithm, params)
+        params = names.LOSS_SCALER_NAMES.check(self.algorithm, params)
         self.scaler = _SCALER_CLASSES[self.algorithm](**params)
 
     @property

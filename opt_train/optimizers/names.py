@@ -219,19 +219,6 @@ def resolve_loss_scaler(name):
     return LOSS_SCALER_NAMES.resolve(name)
 
 
-def loss_scaler_param_errors(algorithm, params):
-    """`(filled, errors)` for an algorithm's parameters: every problem, each a `ParamError` at its full key."""
-    return LOSS_SCALER_NAMES.param_errors(algorithm, dict(params or {}))
-
-
-def check_loss_scaler_params(algorithm, params):
-    """The algorithm's parameters with defaults filled in, each checked."""
-    filled, errors = loss_scaler_param_errors(algorithm, params)
-    if errors:
-        raise errors[0]
-    return filled
-
-
 def _reads_as_number(text):
     try:
         float(text)
@@ -260,7 +247,7 @@ def check_loss_scaling(loss_scaling, loss_scaling_params=None):
     """
     scale = LOSS_SCALING("loss_scaling", loss_scaling)
     if isinstance(scale, str):
-        return scale, check_loss_scaler_params(scale, loss_scaling_params)
+        return scale, LOSS_SCALER_NAMES.check(scale, loss_scaling_params)
     if loss_scaling_params:
         raise ParamError(
             "loss_scaling_params", "conflict",
@@ -280,6 +267,7 @@ __all__ = [
     "LARC_REQUIRED",
     "LARC_SPEC",
     "LOSS_SCALERS",
+    "LOSS_SCALER_NAMES",
     "LOSS_SCALER_PARAMS",
     "ON_NONFINITE",
     "OPTIMIZER_SUMMARIES",
@@ -289,7 +277,6 @@ __all__ = [
     "check_iter_size_mode",
     "check_count_skipped_updates",
     "check_larc_params",
-    "check_loss_scaler_params",
     "check_loss_scaling",
     "check_max_consecutive_overflows",
     "check_max_grad_norm",

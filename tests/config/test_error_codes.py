@@ -115,7 +115,7 @@ CHECKS = [
     (names.check_loss_scaling, (128, {"step_window": 3}), {}, "loss_scaling_params", "conflict"),
     (names.check_loss_scaling, ("Backoff", {"scale_min": 4, "scale_max": 2}), {}, "scale_max", "out_of_range"),
     (names.check_loss_scaling, ("-1",), {}, "loss_scaling", "out_of_range"),
-    (names.check_loss_scaler_params, ("Dynamic", {"step_window": 3}), {}, "step_window", "unknown_key"),
+    (names.LOSS_SCALER_NAMES.check, ("Dynamic", {"step_window": 3}), {}, "step_window", "unknown_key"),
     (names.check_iter_size, (0,), {}, "iter_size", "out_of_range"),
     (names.check_iter_size, (1.5,), {}, "iter_size", "wrong_type"),
     (names.check_max_grad_norm, (-1,), {}, "max_grad_norm", "out_of_range"),

@@ -67,7 +67,7 @@ def test_task_choice_is_a_name_with_suggestion():
 
 
 def test_param_errors_lists_every_problem():
-    errors = registry.param_errors("synthetic_classification", {"num_classes": 0, "noise": -1, "bogus": 1})
+    errors = registry.param_errors("synthetic_classification", {"num_classes": 0, "noise": -1, "bogus": 1})[1]
     assert sorted(e.param for e in errors) == ["bogus", "noise", "num_classes"]
 
 

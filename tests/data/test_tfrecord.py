@@ -140,7 +140,7 @@ def test_sample_weights_and_regression_targets(tmp_path):
 ])
 def test_bad_params_name_the_key(tmp_path, change, param, needle):
     given = {**params(tmp_path), **change}
-    errors = registry.param_errors("tfrecord", {k: v for k, v in given.items() if v is not None})
+    errors = registry.param_errors("tfrecord", {k: v for k, v in given.items() if v is not None})[1]
     assert errors and errors[0].param == param and needle in str(errors[0])
 
 
