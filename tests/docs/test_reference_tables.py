@@ -47,3 +47,22 @@ def test_list_markdown_prints_each_registrys_table(cli):
         result = cli("list", topic, "--markdown")
         assert result.exit_code == 0, result.output
         assert result.output.strip() == markdown_table(topic)
+
+
+def test_the_commands_table_has_a_row_for_every_command_and_no_other():
+    """Held to `opt_train.cli.main.COMMANDS` (a command added there without its row passed every test)."""
+    from opt_train.cli.main import COMMANDS
+
+    shown = set(re.findall(r"^\| `opt-train ([a-z]+)\b", (DOCS / "commands.md").read_text(), re.MULTILINE))
+    assert shown == set(COMMANDS)
+
+
+def test_the_error_codes_paragraph_names_every_code():
+    """docs/config.md's "Codes:" paragraph against `opt_train.errors.CODES` (a new code passed every test)."""
+    from opt_train.errors import CODES
+
+    text = (DOCS / "config.md").read_text()
+    paragraph = text[text.index("\nCodes: "):]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    missing = set(CODES) - set(re.findall(r"`(\w+)`", paragraph))
+    assert not missing, f"docs/config.md's Codes: paragraph lacks {sorted(missing)}"
