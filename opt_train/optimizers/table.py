@@ -317,7 +317,8 @@ ROWS = (
         "TF1's FtrlOptimizer: FTRL-Proximal (McMahan et al., 2013) with L1, L2, L2 shrinkage and beta",
         "tf1", "ftrl:Ftrl", {"learning_rate": _lr(0.01), **_FTRL}, state=["accum", "linear"]),
     own("RMSProp",
-        "TF1's RMSPropOptimizer: mean square starting at 1, epsilon inside the root, rate inside the momentum; optional centered",
+        "TF1's RMSPropOptimizer: mean square starting at 1, epsilon inside the root, rate inside the momentum; "
+        "optional centered",
         "tf1", "rmsprop:RMSProp", {
         "learning_rate": _lr(0.01),
         "rho": Param(0.9, p.UNIT),
@@ -441,7 +442,8 @@ ROWS = (
     }, state=[Slot("rms"), Slot("momentum", when="momentum"), Slot("mg", when="centered")]),
     # OpenSeq2Seq's.
     own("NovoGrad",
-        "OpenSeq2Seq's NovoGrad (Ginsburg et al., 2019): momentum SGD on gradients divided by a layer-wise second moment",
+        "OpenSeq2Seq's NovoGrad (Ginsburg et al., 2019): momentum SGD on gradients divided by a layer-wise "
+        "second moment",
         "openseq2seq", "novograd:NovoGrad", {
         "learning_rate": _lr(1.0),
         "beta_1": Param(0.95, p.UNIT),
@@ -452,7 +454,8 @@ ROWS = (
     }, state=["momentum", Slot("grads_ema", "scalar", dtype="float32")]),
     # RETURNN's.
     own("AMSGrad",
-        "RETURNN's AMSGradOptimizer: Adam without bias correction, denominator `sqrt(max(v_hat, v))`; `decay` divides lr by `sqrt(t)`",
+        "RETURNN's AMSGradOptimizer: Adam without bias correction, denominator `sqrt(max(v_hat, v))`; "
+        "`decay` divides lr by `sqrt(t)`",
         "returnn", "amsgrad:AMSGrad", {
         "learning_rate": _lr(0.001, RETURNN_LEARNING_RATE),
         "decay": Param(False, _BOOL),
@@ -484,7 +487,8 @@ ROWS = (
         {"learning_rate": _lr(REQUIRED, RETURNN_LEARNING_RATE)}),
     # RETURNN's NadamOptimizer: TF1 Adam's arguments and defaults.
     own("ReturnnNadam",
-        "RETURNN's NadamOptimizer (TF1 contrib's): TF1 Adam whose step uses `beta_1 * m + (1 - beta_1) * g`; not Keras's Nadam",
+        "RETURNN's NadamOptimizer (TF1 contrib's): TF1 Adam whose step uses `beta_1 * m + (1 - beta_1) * g`; "
+        "not Keras's Nadam",
         "returnn", "returnn_nadam:ReturnnNadam", _TF1_ADAM, state=["m", "v"], scalars=2),
 )
 

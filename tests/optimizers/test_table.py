@@ -93,7 +93,7 @@ def test_every_row_names_a_class_of_that_name_in_its_family():
 
 
 def _listed(output):
-    """{name: (family, {parameter: shown default})} from `opt-train list optimizers` (its parameters on the next line)."""
+    """{name: (family, {parameter: shown default})} from `opt-train list optimizers` (parameters on the next line)."""
     rows = {}
     lines = output.splitlines()
     for line, after in zip(lines, lines[1:]):
