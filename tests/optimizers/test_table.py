@@ -92,6 +92,29 @@ def test_every_row_names_a_class_of_that_name_in_its_family():
     assert set(keras_family.WRAPPERS) == {row.name for row in table.ROWS if row.family == "keras"}
 
 
+# The classes a user subclasses, not optimizers a config names.
+BASES = {"base:Optimizer", "custom:BaseCustomOptimizer"}
+
+
+def test_every_optimizer_class_of_the_package_has_its_row():
+    """An optimizer module without its row in `table.ROWS` was reachable from no config and failed no test."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import keras
+
+    import opt_train.optimizers as package
+
+    defined = set()
+    for module in pkgutil.iter_modules(package.__path__):
+        loaded = importlib.import_module(f"{package.__name__}.{module.name}")
+        defined |= {f"{module.name}:{name}" for name, value in vars(loaded).items()
+                    if inspect.isclass(value) and issubclass(value, keras.optimizers.Optimizer)
+                    and value.__module__ == loaded.__name__}
+    assert defined - BASES == {row.location for row in table.ROWS}
+
+
 def _listed(output):
     """{name: (family, {parameter: shown default})} from `opt-train list optimizers` (parameters on the next line)."""
     rows = {}
