@@ -243,7 +243,7 @@ class Controls:
 
         Every rank calls it at the same step: on a mesh across workers it runs collectives.
         """
-        if self.shares_figures:
+        if self.shares_figures and self.monitors():
             results = shared_figures(self.backend, results, self.monitors())
         if self.lr:
             self.lr.after_evaluation(results, updates, say)
