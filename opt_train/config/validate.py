@@ -274,13 +274,6 @@ def check_placement(config, processes=1):
         mesh_placement({name: getattr(config, name) for name in PLACEMENT_FIELDS})
         if config.mesh and processes > 1:
             process_batch_shards(mesh_axes(config.mesh), processes, config.mesh_batch_axis, config.layouts)
-            for key in CHIEF_DECISIONS:
-                if getattr(config, key):
-                    raise ParamError.at(
-                        key, "conflict",
-                        f"not with a mesh across {processes} workers yet: the chief acts on its evaluation "
-                        "alone, and the mesh's workers do not share that step yet; remove it or run the mesh "
-                        "in one process", getattr(config, key))
     except ParamError as error:
         raise ConfigError([config.issue_for("mesh", error)]) from None
 
@@ -343,10 +336,6 @@ def mesh_groups(values):
             raise ParamError.at(f"{grouping.KEY}[{index}].optimizer", "conflict", refusal, name)
 
 
-# What the chief decides after an evaluation it ran alone (training/controls.py): under the tf backend
-# the other workers receive it; a mesh across workers has no such step yet (a best checkpoint would be
-# a DTensor save by the chief alone).
-CHIEF_DECISIONS = ("lr_control", "early_stopping", "restore_best_checkpoint")
 PLACEMENT_FIELDS = ("mesh", "layouts", "mesh_batch_axis", "distributed", "use_horovod", "num_gpus", "optimizer",
                     "optimizer_params")
 USER_CODE_FIELDS = ("optimizer", "model", "model_params", "data", "data_params", "python_path")

@@ -29,7 +29,9 @@ its batch shard; every other axis lies inside one process. Each worker writes it
 shards into the one checkpoint (DTensor's save is collective and merges them on a shared
 `logdir`); the chief alone evaluates and exports, on plain copies of the weights put
 together from its own devices' shards (`read`): a DTensor collective only one worker runs
-leaves the workers' collective keys out of step, and their next collective hangs.
+leaves the workers' collective keys out of step, and their next collective hangs. What
+acts on that evaluation (lr_control, early stopping, the best checkpoint) every worker
+decides alike on the chief's figures, sent with `allreduce_scalar` (`training/controls.py`).
 DTensor's multi-client `shutdown_accelerator_system` fails, so a worker ends without it
 (after `leave`'s barrier), and its multi-client `DTensorDataset` is not implemented
 (b/271162918), so batches are packed here.

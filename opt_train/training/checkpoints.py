@@ -207,8 +207,7 @@ class Checkpoints:
         The same path and the same objects as the writer's `CheckpointManager.save` (which
         counts `save_counter` too), so that every process runs the same save.
         """
-        self.checkpoint.save_counter.assign_add(1)
-        self.checkpoint.write(os.path.join(self.directory, f"ckpt-{step}"))
+        write_alongside(self.checkpoint, self.directory, step)
         self.last_saved_step = step
 
     def _save_and_discard(self, step):
@@ -257,6 +256,16 @@ class Checkpoints:
                         os.unlink(path)
                     except OSError:
                         pass
+
+
+def write_alongside(checkpoint, directory, step):
+    """A non-writer's part of the writer's `CheckpointManager(checkpoint, directory).save(checkpoint_number=step)`.
+
+    The same path and the same objects, with `save_counter` counted as the manager counts it,
+    so that every process runs the same collective save (`Backend.saves_together`).
+    """
+    checkpoint.save_counter.assign_add(1)
+    checkpoint.write(os.path.join(directory, f"ckpt-{step}"))
 
 
 def _is_disk_full(error):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import keras
@@ -46,8 +47,9 @@ class LearningRateControl:
 
     Its state (factor, best / last score, counters) is a set of variables in the
     run's checkpoint, written after the evaluation at the same step, so a resumed
-    run continues the control exactly. Under Horovod rank 0 decides (it alone
-    evaluates) and the other ranks receive the state.
+    run continues the control exactly. Under Horovod and tf workers rank 0 decides (it
+    alone evaluates) and the other ranks receive the state; on a mesh across workers each
+    worker decides on the chief's figures (`Controls`).
     """
 
     def __init__(self, params, schedule, backend):
@@ -74,7 +76,7 @@ class LearningRateControl:
         return [self.schedule.scale, *self.state.values()]
 
     def after_evaluation(self, results, step, say=None):
-        """Updates the factor from `results[monitor]` (rank 0); returns the learning rate now in force.
+        """Updates the factor from `results[monitor]` (where there are results); returns the learning rate now in force.
 
         `step` is the optimizer's update count: the policy's rate there is what
         `min_learning_rate` / `min_lr` bound. `say` gets a line when the rate changes.
@@ -194,8 +196,12 @@ class Controls:
     `lr_control` (a factor on the lr policy), `early_stopping`, and
     `restore_best_checkpoint` (the model with the best eval score kept in
     `logdir/best/`, which `opt-train eval` then reads: early stopping's monitor and
-    direction when it is set, else the eval loss). Under Horovod rank 0 evaluates and
-    decides; the other ranks receive the state.
+    direction when it is set, else the eval loss). Under Horovod and tf workers rank 0
+    evaluates and decides; the other ranks receive the state. On a mesh across workers the
+    chief evaluates on plain copies and its state cannot be broadcast as variables there
+    (the lr factor is a DVariable): every worker receives the chief's figures instead
+    (`shared_figures`) and decides the same, and every worker writes its shards of the
+    best checkpoint (a DTensor save is collective).
     """
 
     def __init__(self, run):
@@ -209,6 +215,9 @@ class Controls:
         self.best_monitor, self.best_direction = best_monitor(config)
         self.best = tf.Variable(worst(self.best_direction), dtype=tf.float64, trainable=False)
         self.manager = None
+        self.alongside = None  # a non-writer's checkpoint, written into the writer's best one (`saves_together`)
+        backend = run.backend
+        self.shares_figures = backend.mesh is not None and backend.num_workers > 1
 
     def checkpoint_items(self):
         items = {}
@@ -221,23 +230,36 @@ class Controls:
         return items
 
     def attach(self, checkpoint, writer):
-        """The run's `tf.train.Checkpoint`, for the copy kept as the best one (rank 0 writes it)."""
+        """The run's `tf.train.Checkpoint`, for the copy kept as the best one (rank 0 writes it; with
+        `Backend.saves_together` every worker writes its part into it)."""
         if self.best_dir and writer:
             self.manager = tf.train.CheckpointManager(checkpoint, self.best_dir, max_to_keep=1)
+        elif self.best_dir and self.backend.saves_together:
+            self.alongside = checkpoint
 
     def stopped(self):
         """True when early stopping ended the run (a restart trains nothing more)."""
         return bool(self.early and self.early.state["stopped"].numpy())
 
     def after_evaluation(self, results, step, updates, say):
-        """Acts on `results` (rank 0's; empty elsewhere). Returns True when training must stop."""
+        """Acts on `results` (rank 0's; empty elsewhere). Returns True when training must stop.
+
+        Every rank calls it at the same step: on a mesh across workers it runs collectives.
+        """
+        if self.shares_figures and self.monitors():
+            results = shared_figures(self.backend, results, self.monitors())
         if self.lr:
             self.lr.after_evaluation(results, updates, say)
-        if self.best_dir and results and self.manager:
+        if self.best_dir and results and (self.manager or self.alongside):
             score = float(results[self.best_monitor])
             if improved(score, float(self.best.numpy()), 0.0, self.best_direction):
                 self.best.assign(score)
-                self.manager.save(checkpoint_number=step)
+                if self.manager:
+                    self.manager.save(checkpoint_number=step)
+                else:
+                    from opt_train.training.checkpoints import write_alongside
+
+                    write_alongside(self.alongside, self.best_dir, step)
                 say(f"best eval {self.best_monitor} so far ({best_reason(self.best_direction, self.early)}) "
                     f"at step {step}: kept in {self.best_dir}")
         stop = False
@@ -257,6 +279,28 @@ class Controls:
                 say(f"early stopping at step {step}: eval {self.early.params['monitor']} has not improved "
                     f"for {self.early.params['patience']} evaluations")
         return stop
+
+    def monitors(self):
+        """The eval metrics the controls read, each once, in a fixed order (the same on every worker)."""
+        names = [self.lr.params["monitor"] if self.lr else None, self.early.params["monitor"] if self.early else None,
+                 self.best_monitor if self.best_dir else None]
+        return list(dict.fromkeys(name for name in names if name is not None))
+
+
+def shared_figures(backend, results, names):
+    """The chief's `results[name]` of each of `names`, on every worker ({} when the chief did not evaluate).
+
+    One sum over the workers per figure, the others adding 0 (exact, NaN and infinities
+    included), so every worker holds the very numbers the chief decides on and each then
+    decides the same; every worker must call it at the same step. A name the chief's
+    results lack comes as NaN (the chief itself then refuses the monitor).
+    """
+    chief = backend.is_chief
+    if not backend.allreduce_scalar(int(chief and bool(results)), op="sum"):
+        return {}
+    shared = {name: backend.allreduce_scalar(float(results.get(name, math.nan)) if chief else 0.0, op="sum")
+              for name in names}
+    return {**results, **shared} if chief else shared
 
 
 def best_monitor(config):

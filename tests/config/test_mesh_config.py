@@ -151,6 +151,15 @@ def test_validate_np_accepts_a_mesh_whose_batch_axis_the_workers_split(tmp_path)
     assert figures["global_batch"] == 64  # 32 x batch axis 2, as on one process
 
 
+def test_validate_np_accepts_the_chiefs_decisions_on_a_mesh_across_workers(tmp_path):
+    """lr_control, early_stopping and restore_best_checkpoint: the workers share the chief's figures
+    (`controls.shared_figures`; tests/distributed/test_mesh_workers.py trains them)."""
+    decisions = ("eval_steps: 5\nrestore_best_checkpoint: true\nearly_stopping: {monitor: loss, patience: 2}\n"
+                 "lr_control: {mode: plateau, monitor: loss}\n")
+    result = run_cli("validate", "--config", write(tmp_path, MESH + decisions), "--np", 2)
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.parametrize("text, key, words", [
     # The batch axis not outermost: each worker's devices would hold both batch shards.
     ("mesh: {model: 2, batch: 2}\n", "mesh", "put 'batch' first"),
@@ -158,9 +167,6 @@ def test_validate_np_accepts_a_mesh_whose_batch_axis_the_workers_split(tmp_path)
     ("mesh: {model: 4}\n", "mesh", "needs the batch axis"),
     # Fully sharded: the chief, evaluating alone, could not gather a kernel split across the workers.
     ("mesh: {batch: 4}\nlayouts:\n  '.*kernel': [batch, null]\n", "layouts", "spans the 2 processes"),
-    # The chief's decision after an evaluation it ran alone (and its best checkpoint, a save of its own).
-    (MESH + "eval_steps: 5\nrestore_best_checkpoint: true\n", "restore_best_checkpoint",
-     "not with a mesh across 2 workers yet"),
 ])
 def test_validate_and_train_np_refuse_a_mesh_the_workers_cannot_share(tmp_path, text, key, words):
     path = write(tmp_path, text + f"logdir: {tmp_path / 'run'}\n")

@@ -4,7 +4,10 @@ Two tf workers of 2 logical CPU devices each form one `{batch: 2, model: 2}` mes
 kernel's output dimension on `model`; each worker reads its own half of the global batch of 32.
 The run must report the losses and evaluations (within 1e-4) and end with the weights and optimizer state
 (within 1e-5) of one process without a mesh on the same global batch, and a checkpoint the
-workers wrote at step 3 must resume in one process without a mesh to that same end. The
+workers wrote at step 3 must resume in one process without a mesh to that same end. With
+`lr_control`, `early_stopping` and `restore_best_checkpoint`, decided on the chief's
+evaluation, the workers must change the rate, stop and keep the best checkpoint where one
+process does. The
 workers run as real processes (the launcher's TF_CONFIG, DTensor's multi-client set-up); the
 one-process runs train in this process.
 """
@@ -68,6 +71,25 @@ def runs(tmp_path_factory):
     return tmp, output
 
 
+# Every evaluation "fails to improve" by min_delta 10 after the first: the rate halves at steps 4 and 6
+# (plateau, patience 1) and early stopping (patience 2) ends the run at step 6 of 12; every evaluation's
+# loss is the lowest so far (min_delta 0), so each replaces the best checkpoint, written by both workers.
+DECIDED = {
+    **RUN, "max_steps": 12, "eval_steps": 2, "save_checkpoint_steps": 4,
+    "early_stopping": {"monitor": "loss", "patience": 2, "min_delta": 10},
+    "lr_control": {"mode": "plateau", "monitor": "loss", "patience": 1, "min_delta": 10, "factor": 0.5},
+    "restore_best_checkpoint": True,
+}
+
+
+@pytest.fixture(scope="module")
+def decided(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mesh-workers-decided")
+    output = workers(write(tmp, "workers", {**DECIDED, **MESH}))
+    train_here(str(write(tmp, "reference", {**DECIDED, "batch_size_per_gpu": 32})))
+    return tmp, output
+
+
 def evaluations(logdir):
     return {record["step"]: record["eval/loss"] for record in read_jsonl(logdir / "metrics.jsonl")
             if "eval/loss" in record}
@@ -107,3 +129,31 @@ def test_the_export_of_a_mesh_across_workers_is_the_unsharded_model(runs):
 def test_a_checkpoint_of_the_workers_resumes_in_one_process_without_a_mesh(runs):
     tmp, _ = runs
     assert_equal_runs(tmp / "half", tmp / "reference", range(1, 7))
+
+
+def test_the_workers_of_a_mesh_share_the_chiefs_decisions_as_one_process_makes_them(decided):
+    """lr_control's rates, early stopping's step and the best checkpoint of one process without a mesh."""
+    import numpy as np
+    import tensorflow as tf
+
+    tmp, output = decided
+    assert_equal_runs(tmp / "workers", tmp / "reference", range(1, 7))  # stopped at step 6 of 12
+    rates = {logdir: {record["step"]: record["learning_rate"] for record in read_jsonl(tmp / logdir / "metrics.jsonl")
+                      if "learning_rate" in record} for logdir in ("workers", "reference")}
+    assert rates["workers"] == pytest.approx(rates["reference"], rel=1e-7)
+    assert [round(rates["reference"][step], 6) for step in (4, 5, 6)] == [0.1, 0.05, 0.05]
+    assert "early stopping at step 6" in output and "[worker 1] done: step 6" in output
+    assert "Traceback" not in output
+    kept = {logdir: tf.train.latest_checkpoint(str(tmp / logdir / "best")) for logdir in ("workers", "reference")}
+    assert kept["workers"].endswith("ckpt-6") and kept["reference"].endswith("ckpt-6")
+    best, expected = (tf.train.load_checkpoint(kept[logdir]) for logdir in ("workers", "reference"))
+    names = sorted(expected.get_variable_to_shape_map())
+    assert sorted(best.get_variable_to_shape_map()) == names
+    for name in names:
+        if name.startswith(("model_variables/", "optimizer/", "lr_control/", "early_stopping/")):
+            np.testing.assert_allclose(best.get_tensor(name), expected.get_tensor(name), atol=1e-5, err_msg=name)
+    # Both hold the rate halved twice; the best was written before early stopping decided at that step.
+    final = tf.train.load_checkpoint(str(tmp / "workers" / "checkpoints"))
+    factor, stopped = "lr_control/scale/.ATTRIBUTES/VARIABLE_VALUE", "early_stopping/stopped/.ATTRIBUTES/VARIABLE_VALUE"
+    assert final.get_tensor(factor) == best.get_tensor(factor) == 0.25
+    assert final.get_tensor(stopped) and not best.get_tensor(stopped)
