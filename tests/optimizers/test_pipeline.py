@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opt_train.distributed.single import SingleProcess
+from opt_train.errors import ParamError
 from opt_train.optimizers.accumulation import AccumulateState
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.finite import FiniteState, finite_check
@@ -18,6 +18,7 @@ from opt_train.optimizers.loss_scaling import ScaleState
 from opt_train.optimizers.pipeline import Pipeline, optimize_loss
 from opt_train.optimizers.train_op import TrainOp
 from opt_train.optimizers.transform import identity, named_chain
+from opt_train.process_group import SingleProcess
 
 X = tf.constant([[1.0, 2.0], [0.5, -1.0]])
 Y = tf.constant([[1.0], [0.0]])
@@ -37,6 +38,16 @@ def _built(**settings):
     w = tf.Variable(W0, name="w")
     op = optimize_loss(_loss(w), "SGD", {"learning_rate": LR}, var_list=[w], **settings)
     return w, op.build()
+
+
+def test_without_a_backend_one_process_trains_and_on_horovod_asks_for_the_horovod_one():
+    # The backend is the caller's to choose (the distributed layer is above this one); None is one process.
+    w = tf.Variable(W0, name="w")
+    assert isinstance(optimize_loss(_loss(w), "SGD", {"learning_rate": LR}, var_list=[w]).backend, SingleProcess)
+    with pytest.raises(ParamError, match=r'on_horovod=True` needs the Horovod backend passed in: '
+                                         r'`distributed=opt_train.distributed.get_backend\("horovod"\)`') as raised:
+        optimize_loss(_loss(w), "SGD", {"learning_rate": LR}, var_list=[w], on_horovod=True)
+    assert raised.value.code == "missing"
 
 
 def test_each_handle_is_the_one_stage_state_of_its_class():
