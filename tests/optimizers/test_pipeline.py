@@ -52,7 +52,7 @@ def test_without_a_backend_one_process_trains_and_on_horovod_asks_for_the_horovo
 
 def test_each_handle_is_the_one_stage_state_of_its_class():
     _, op = _built(loss_scaling="Backoff", iter_size=2, larc_params={"larc_eta": 0.01}, on_nonfinite="stop")
-    state, pipeline = op._state, op._pipeline
+    state, pipeline = op.update_step.state, op.update_step.pipeline
     scale = pipeline.handle(state, ScaleState)
     assert scale is state["local"]["unscale"] and op.loss_scaler is scale.loss_scaler
     accumulation = pipeline.handle(state, AccumulateState)
@@ -101,7 +101,7 @@ def test_a_pipeline_without_unscale_or_accumulate_stage_trains_unscaled_one_micr
         assert "loss_scale" not in result and bool(result["applied"])
     op(tf.constant(np.inf))  # a non-finite loss skips the update: the check judges without a scale
     np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
-    assert int(op._state["accumulate"]["finite"].skipped_steps.numpy()) == 1
+    assert int(op.update_step.state["accumulate"]["finite"].skipped_steps.numpy()) == 1
 
 
 # What a checkpoint of this run holds, as written by opt-train before the loss scaler moved into
