@@ -1,4 +1,7 @@
-"""`CompiledSteps`: the compiled kinds of step a train op runs, each traced once, sharing one trace of the update; on a mesh each checked once."""
+"""`CompiledSteps`: the compiled kinds of step a train op runs, each traced once around one shared trace of the update.
+
+On a mesh each kind is checked once before its first call (`backend.check_step`).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`UpdateStep`: one micro-batch's update of a built gradient pipeline: the variables it trains, the pipeline's state, gradients, stages and apply.
+"""`UpdateStep`: one micro-batch's update of a built gradient pipeline: gradients, the pipeline's stages, apply.
+
+It holds what that update needs: the variables it trains and the pipeline's state.
 
 `TrainOp` (opt_train/optimizers/train_op.py) runs it inside its compiled steps and
 counts what it returns. What the step must know of the pipeline it asks the pipeline

@@ -1,4 +1,4 @@
-"""How this job is started, held against the config: the launcher's ranks, a cluster's workers, and train's verdict on them (TF-free)."""
+"""How this job is started, held against the config: the launcher's ranks, a cluster's workers, train's verdict (TF-free)."""
 
 from __future__ import annotations
 
