@@ -95,7 +95,7 @@ def check_distribution(config, ranks=None):
 
     `ranks`: the `--np N` given; returns a warning line or None (TF-free: `validate` calls it too).
     """
-    from opt_train.training.logdir import check_launch
+    from opt_train.training.launch import check_launch
 
     with user_errors():
         return check_launch(config, ranks=ranks)

@@ -93,7 +93,7 @@ def train(configs, overrides, resume_changed, no_resume, benchmark, num_proc, ho
     with user_errors(on_failure=trial_failure_recorder(config.logdir)):
         # Inside: Ctrl-C during the (slow) TensorFlow import exits 130 like any other.
         # Before the slow import: a job started wrongly (TF_CONFIG, horovodrun) is refused at once.
-        from opt_train.training.logdir import check_launch
+        from opt_train.training.launch import check_launch
 
         check_launch(config)
         import_tensorflow()

@@ -24,7 +24,7 @@ def validate(configs, overrides, world_size):
     warning = check_distribution(config, world_size)
     if warning:
         click.echo(warning, err=True)
-    from opt_train.training.logdir import launched_workers
+    from opt_train.training.launch import launched_workers
 
     with user_errors():  # the batch size against the examples, counted as train counts them
         launched = launch_config(config, world_size)

@@ -5,10 +5,10 @@ The backend is chosen once, by `get_backend(distributed, ...)`; only
 imports no TensorFlow.
 """
 
-from opt_train.distributed.base import Backend, HorovodUnavailableError
+from opt_train.distributed.base import HorovodUnavailableError
 from opt_train.distributed.names import BACKENDS
-from opt_train.distributed.single import SingleProcess
 from opt_train.errors import ParamError
+from opt_train.process_group import Backend, SingleProcess
 
 
 def get_backend(distributed="none", *, num_gpus=None, rank_timeout=None, startup_timeout=None):

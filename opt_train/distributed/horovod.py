@@ -35,9 +35,10 @@ import time
 import urllib.error
 import urllib.request
 
-from opt_train.distributed.base import Backend, HorovodUnavailableError
+from opt_train.distributed.base import HorovodUnavailableError
 from opt_train.distributed.placement import share_cpu_threads
 from opt_train.errors import ParamError, TrainingFailed
+from opt_train.process_group import Backend
 
 INSTALL_COMMAND = "bash scripts/install_horovod.sh"
 # The ad-hoc key-value scope the ranks meet in before `hvd.init()`.

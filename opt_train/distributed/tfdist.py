@@ -30,9 +30,9 @@ import functools
 import json
 import os
 
-from opt_train.distributed.base import Backend
 from opt_train.distributed.placement import pin_worker_gpus, share_cpu_threads
 from opt_train.errors import ParamError
+from opt_train.process_group import Backend
 
 # Gradients packed into one collective (tf.distribute's default, 0, sends one per variable).
 BYTES_PER_PACK = 64 * 1024 * 1024

@@ -15,7 +15,7 @@ def allreduce(backend, op="mean"):
     """Reduces the gradients with `backend.allreduce(grads, op=op)`; `None` entries stay `None`.
 
     Args:
-        backend: an `opt_train.distributed.Backend`.
+        backend: an `opt_train.process_group.Backend`.
         op: `"mean"` (the update of one batch `size` times larger) or `"sum"`. Defaults to `"mean"`.
     """
     if op not in ("mean", "sum"):

@@ -100,7 +100,7 @@ def finite_check(backend, *, on_nonfinite="skip", max_consecutive_overflows=None
     Without it (`None`) no scale moves, and the scale counts as static.
 
     Args:
-        backend: an `opt_train.distributed.Backend`; under `on_nonfinite: "stop"` its
+        backend: an `opt_train.process_group.Backend`; under `on_nonfinite: "stop"` its
             `all_finite` makes the loss verdict every rank's.
         on_nonfinite: `"skip"` (count and go on) or `"stop"`: stop at a non-finite loss (extra
             input `loss_is_finite`, over the whole update), or at a non-finite gradient when

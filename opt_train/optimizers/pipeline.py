@@ -33,6 +33,7 @@ from opt_train.optimizers.mixed_precision import (
 from opt_train.optimizers.optimizer_groups import OptimizerGroups, group_rate
 from opt_train.optimizers.train_op import TrainOp
 from opt_train.optimizers.transform import GradientTransform, find, identity, named_chain, state_variables
+from opt_train.process_group import SingleProcess
 
 
 def get_regularization_loss(model=None):
@@ -241,12 +242,13 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
         larc_params: `{larc_eta, larc_mode, min_update, epsilon}`, or None.
         loss_scaling: a number (static) or "Backoff" / "LogMax" / "Dynamic". Defaults to `1.0`.
         loss_scaling_params: the algorithm's parameters (`names.LOSS_SCALERS`).
-        on_horovod: pick the Horovod backend when `distributed` is None.
+        on_horovod: OpenSeq2Seq's switch; with `distributed` None a `ParamError` asking for
+            the Horovod backend (`opt_train.distributed.get_backend("horovod")`).
         iter_size: micro-batches per update. Defaults to `1`.
         iter_size_mode: `"mean"` (OpenSeq2Seq) or `"sum"` (RETURNN's `accum_grad_multiple_step`)
             of the micro-batch gradients. Defaults to `"mean"`.
-        distributed: an `opt_train.distributed.Backend`; None: the Horovod backend when
-            `on_horovod`, else a single process.
+        distributed: an `opt_train.process_group.Backend` (`opt_train.distributed.get_backend`
+            chooses one); None: a single process (`SingleProcess`).
         freeze_variables_regex: variables whose path matches get no update and no slots.
         on_nonfinite: "skip" (count and go on) or "stop" (set `stop_reason`). Defaults to `"skip"`.
         max_consecutive_overflows: stop after this many non-finite updates in a row; None: never
@@ -289,9 +291,14 @@ def optimize_loss(loss, optimizer, optimizer_params=None, learning_rate_decay_fn
                               loss)
 
     if distributed is None:
-        from opt_train.distributed import get_backend
-
-        distributed = get_backend("horovod" if on_horovod else "none")
+        if on_horovod:
+            # The Horovod backend is the distributed layer's, above this one: its caller makes it.
+            raise ParamError.said(
+                "distributed", "missing",
+                "`on_horovod=True` needs the Horovod backend passed in: "
+                "`distributed=opt_train.distributed.get_backend(\"horovod\")`. Received: distributed=None",
+            )
+        distributed = SingleProcess()
     # Under tf.distribute a Keras optimizer keeps the strategy it was made under, and the
     # scaler's variables become mirrored ones.
     with distributed.scope():

@@ -23,7 +23,8 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
     `evaluate=False` (`--mode train`) runs no evaluation, in the run or at its end.
     """
     from opt_train.training.builder import backend_for, build_run, graph_refusals
-    from opt_train.training.logdir import LogdirLock, check_launch, prepare
+    from opt_train.training.launch import check_launch
+    from opt_train.training.logdir import LogdirLock, prepare
 
     warning = check_launch(config)
     if benchmark:

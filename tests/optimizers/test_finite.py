@@ -3,9 +3,9 @@
 import numpy as np
 import tensorflow as tf
 
-from opt_train.distributed.single import SingleProcess
 from opt_train.optimizers.finite import finite_check
 from opt_train.optimizers.loss_scaling import AutomaticLossScaler, ScaleState, StaticLossScale
+from opt_train.process_group import SingleProcess
 
 
 class TwoReplicas(SingleProcess):

@@ -247,7 +247,7 @@ def test_larc_reads_each_variable_s_group_multiplier():
                              larc_params={"larc_eta": 0.01}, summaries=["larc_summaries"], optimizer_groups=[
                                  {"variables": "^head/", "lr_multiplier": 0.1}])
     result = train_op(make_data()[0], summarize=True)
-    larc_state = Pipeline.handle(train_op._state, LarcState)
+    larc_state = Pipeline.handle(train_op.update_step.state, LarcState)
     assert [v.path for v in train_op.variables_to_train] == ["encoder/kernel", "encoder/bias", "head/kernel", "head/bias"]
     assert larc_state.rate_scale == (1.0, 1.0, 0.1, 0.1)
     # The rate each variable was updated at, as the summaries report it: its group's.

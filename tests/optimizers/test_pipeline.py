@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opt_train.distributed.single import SingleProcess
+from opt_train.errors import ParamError
 from opt_train.optimizers.accumulation import AccumulateState
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.finite import FiniteState, finite_check
@@ -18,6 +18,7 @@ from opt_train.optimizers.loss_scaling import ScaleState
 from opt_train.optimizers.pipeline import Pipeline, optimize_loss
 from opt_train.optimizers.train_op import TrainOp
 from opt_train.optimizers.transform import identity, named_chain
+from opt_train.process_group import SingleProcess
 
 X = tf.constant([[1.0, 2.0], [0.5, -1.0]])
 Y = tf.constant([[1.0], [0.0]])
@@ -39,9 +40,19 @@ def _built(**settings):
     return w, op.build()
 
 
+def test_without_a_backend_one_process_trains_and_on_horovod_asks_for_the_horovod_one():
+    # The backend is the caller's to choose (the distributed layer is above this one); None is one process.
+    w = tf.Variable(W0, name="w")
+    assert isinstance(optimize_loss(_loss(w), "SGD", {"learning_rate": LR}, var_list=[w]).backend, SingleProcess)
+    with pytest.raises(ParamError, match=r'on_horovod=True` needs the Horovod backend passed in: '
+                                         r'`distributed=opt_train.distributed.get_backend\("horovod"\)`') as raised:
+        optimize_loss(_loss(w), "SGD", {"learning_rate": LR}, var_list=[w], on_horovod=True)
+    assert raised.value.code == "missing"
+
+
 def test_each_handle_is_the_one_stage_state_of_its_class():
     _, op = _built(loss_scaling="Backoff", iter_size=2, larc_params={"larc_eta": 0.01}, on_nonfinite="stop")
-    state, pipeline = op._state, op._pipeline
+    state, pipeline = op.update_step.state, op.update_step.pipeline
     scale = pipeline.handle(state, ScaleState)
     assert scale is state["local"]["unscale"] and op.loss_scaler is scale.loss_scaler
     accumulation = pipeline.handle(state, AccumulateState)
@@ -90,7 +101,7 @@ def test_a_pipeline_without_unscale_or_accumulate_stage_trains_unscaled_one_micr
         assert "loss_scale" not in result and bool(result["applied"])
     op(tf.constant(np.inf))  # a non-finite loss skips the update: the check judges without a scale
     np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
-    assert int(op._state["accumulate"]["finite"].skipped_steps.numpy()) == 1
+    assert int(op.update_step.state["accumulate"]["finite"].skipped_steps.numpy()) == 1
 
 
 # What a checkpoint of this run holds, as written by opt-train before the loss scaler moved into

@@ -3,9 +3,9 @@
 import numpy as np
 import tensorflow as tf
 
-from opt_train.distributed.single import SingleProcess
 from opt_train.optimizers.allreduce import allreduce
 from opt_train.optimizers.transform import chain, named_chain, state_variables, stateless
+from opt_train.process_group import SingleProcess
 
 
 def test_chain_applies_in_order():

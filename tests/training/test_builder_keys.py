@@ -71,7 +71,7 @@ def test_a_config_s_pipeline_keys_reach_the_train_op(tmp_path):
     batch = next(iter(run.data.train))
     op.build(batch)
     assert op.micro_batches_per_update == 2 and op.count_skipped_updates is True
-    assert op.loss_scaler.algorithm == "Backoff" and tuple(op._summaries) == ("gradients",)
+    assert op.loss_scaler.algorithm == "Backoff" and tuple(op.figures.summaries) == ("gradients",)
     assert type(op.optimizer).__name__ == "SGD"
     for _ in range(2):
         result = op(batch)
