@@ -1,10 +1,5 @@
-"""The distribution layer's own error, and its name for the process-group interface (`opt_train.process_group`)."""
-
-from opt_train.process_group import Backend
+"""The distribution layer's own error: Horovod asked for where it cannot be imported."""
 
 
 class HorovodUnavailableError(RuntimeError):
     """`use_horovod: true` was asked for but horovod.tensorflow cannot be imported."""
-
-
-__all__ = ["Backend", "HorovodUnavailableError"]

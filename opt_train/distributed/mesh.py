@@ -49,9 +49,9 @@ import contextlib
 import os
 import threading
 
-from opt_train.distributed.base import Backend
 from opt_train.distributed.mesh_layout import batch_axis_of, layout_of, mesh_axes, mesh_devices, process_batch_shards
 from opt_train.errors import ParamError
+from opt_train.process_group import Backend
 from opt_train.quiet import DTENSOR_COMBINE_VARIABLE
 
 os.environ.setdefault(DTENSOR_COMBINE_VARIABLE, "0")
@@ -113,6 +113,9 @@ class MeshBackend(Backend):
             (`startup.wait_for_workers`); None: TensorFlow's own wait.
         rank_timeout: kept for the interface; DTensor's collectives take no bound from it.
     """
+
+    # A worker's share of a mesh's batch axis: the shards its devices hold, not replicas of the model.
+    replica_noun = "batch shard"
 
     def __init__(self, mesh, layouts=None, mesh_batch_axis="batch", cluster=None, startup_timeout=None,
                  rank_timeout=None):
@@ -410,16 +413,6 @@ class MeshBackend(Backend):
     def barrier(self):
         if self._workers > 1:
             self.allreduce_scalar(0)
-
-    def leave(self):
-        """Waits until every worker is done with its collectives (`StrategyBackend.leave` says why)."""
-        if self._workers <= 1:
-            return
-        try:
-            self.barrier()
-        except Exception as error:  # noqa: BLE001 - only the departure of a peer is swallowed
-            if type(error).__name__ != "UnavailableError":
-                raise
 
     def lost_peer(self, error):
         """One line when a collective failed because another worker died or did not answer, else None."""

@@ -268,26 +268,6 @@ class StrategyBackend(Backend):
         if self._workers > 1:
             self.allreduce_scalar(0)
 
-    def leave(self):
-        """Waits until every worker is done with its collectives; then this one may end at once.
-
-        A collective can end on one worker before its peer has fetched this worker's
-        last piece (the receiver pulls it over gRPC): a worker that exits right after
-        its last collective can take that piece with it, and its peer fails with
-        "Socket closed" (seen in 1 of ~10 `--np 2 --benchmark` runs on a loaded
-        machine). Past this barrier no worker needs another's data. The barrier ends
-        the same way, so a peer gone while it ends here (`UnavailableError`) has left:
-        a worker that failed before reaching it reports that through its own exit code.
-        A peer that stopped answering still fails this one after `rank_timeout_secs`.
-        """
-        if self._workers <= 1:
-            return
-        try:
-            self.barrier()
-        except Exception as error:  # noqa: BLE001 - only the departure of a peer is swallowed
-            if type(error).__name__ != "UnavailableError":
-                raise
-
     def lost_peer(self, error):
         """One line when a collective failed because another worker died or did not answer, else None."""
         if self._workers <= 1 or type(error).__name__ not in _LOST_PEER_ERRORS:

@@ -77,7 +77,7 @@ def worker_line(noun, backend, batch_size_per_gpu, iter_size):
     global_batch = backend.size * batch_size_per_gpu * iter_size
     role = " (the chief: reports progress, writes checkpoints and summaries)" if backend.is_chief else ""
     return (f"{noun} {backend.worker_index} of {workers}{role}: global batch {global_batch} = "
-            f"{workers} {noun}s x {replicas} replica{'s' if replicas != 1 else ''} x batch_size_per_gpu "
+            f"{workers} {noun}s x {replicas} {backend.replica_noun}{'s' if replicas != 1 else ''} x batch_size_per_gpu "
             f"{batch_size_per_gpu} x iter_size {iter_size}")
 
 

@@ -104,7 +104,7 @@ def test_two_workers_on_one_2x2_mesh_equal_one_process_on_the_global_batch(runs)
         assert abs(evaluated[step] - loss) <= 1e-4, (step, evaluated[step], loss)
     # Each worker says what it is, and that the mesh spans both.
     assert "mesh: 2 workers of 2 CPU devices each form one 4-device mesh" in output
-    assert "[worker 1] worker 1 of 2: global batch 32" in output
+    assert "[worker 1] worker 1 of 2: global batch 32 = 2 workers x 1 batch shard x batch_size_per_gpu" in output
     assert "[worker 1] step" not in output  # progress from the chief alone
     assert "Traceback" not in output
 
