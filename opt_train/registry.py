@@ -1,7 +1,7 @@
 """The one registry type every plug-in kind is a table of: `Row`s found by any spelling, checked by one call, TF-free.
 
 A kind (optimizers, models, datasets, lr policies, gradient transforms, loss scalers, lr
-controls, sweep samplers and pruners; config keys in `opt_train.config.schema` follow the same
+controls, sweep samplers and pruners, `summaries:` names; config keys in `opt_train.config.schema` follow the same
 pattern) is one `Table` of `Row`s. A row names
 its entry, says what it is in one line (`summary`), declares its parameters as an
 `opt_train.params` spec, and names the code that implements it as a dotted
@@ -184,6 +184,7 @@ TABLES = {
     "lr_controls": "opt_train.config.controls:LR_CONTROL_TABLE",
     "samplers": "opt_train.config.sweep_block:SAMPLER_TABLE",
     "pruners": "opt_train.trial:PRUNERS",
+    "summaries": "opt_train.optimizers.names:SUMMARIES",
 }
 
 

@@ -5,7 +5,7 @@ import click
 from opt_train.params import REQUIRED
 from opt_train.registry import TABLES, describe_params, tables
 
-TOPICS = ("keys", *TABLES, "summaries")
+TOPICS = ("keys", *TABLES)
 # The topics whose docs table `--markdown` prints: the keys and every registry.
 MARKDOWN_TOPICS = ("keys", *TABLES)
 
@@ -49,9 +49,13 @@ def _lines(topic):
             yield f"{name:<26} [{family}] {table.TABLE[name].summary}"
             yield f"{'':<26} {describe_params(params)}"
     elif topic == "summaries":
-        from opt_train.optimizers.names import OPTIMIZER_SUMMARIES
+        from opt_train.optimizers.names import SUMMARIES
 
-        yield "summaries: [" + ", ".join(OPTIMIZER_SUMMARIES) + "]"
+        width = max(len(name) + 1 for name in SUMMARIES.rows)
+        for name, row in SUMMARIES.rows.items():
+            yield f"{name:<{width}} {row.summary}"
+            default = " (OpenSeq2Seq's default)" if row.default else ""
+            yield f"{'':<{width}} tags: {', '.join(row.tags)}{default}"
     else:
         yield from _table_lines(topic)
 

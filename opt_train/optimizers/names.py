@@ -12,25 +12,62 @@ way it arrives (YAML, `--set` or Python).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.params import REQUIRED, Param
 from opt_train.registry import Row, Table
 
-# What `summaries:` may list (OpenSeq2Seq's OPTIMIZER_SUMMARIES plus loss_scale).
-OPTIMIZER_SUMMARIES = (
-    "learning_rate",
-    "gradients",
-    "gradient_norm",
-    "global_gradient_norm",
-    "variables",
-    "variable_norm",
-    "larc_summaries",
-    "loss_scale",
-)
+_STEP_FIGURES = "opt_train.optimizers.step_figures:StepFigures"
 
-# What OpenSeq2Seq's optimize_loss summarised when given summaries=None (YAML's default too).
-DEFAULT_SUMMARIES = ("learning_rate", "global_gradient_norm", "loss_scale")
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryRow(Row):
+    """A `summaries:` name: the TensorBoard tags it writes (`<variable>`: each trained variable's path,
+    `:` as `_`), and whether OpenSeq2Seq summarised it when given none (`default`)."""
+
+    tags: tuple = ()
+    default: bool = False
+
+    @property
+    def tensorboard_tags(self):
+        return ", ".join(f"`{tag}`" for tag in self.tags)
+
+    @property
+    def openseq2seq_default(self):
+        return "yes" if self.default else "no"
+
+
+# What `summaries:` may list: OpenSeq2Seq's OPTIMIZER_SUMMARIES plus loss_scale; `default` marks
+# what its optimize_loss summarised when given summaries=None (YAML's default too). `code`
+# is what produces the figure; the scalars among them are every step's statistics, so they are
+# written whether listed or not (tests/training/test_summaries.py holds the tags to a real run).
+SUMMARIES = Table("summary", [
+    SummaryRow(name="learning_rate", tags=("learning_rate",), default=True, code=_STEP_FIGURES,
+               summary="the update's learning rate, one scalar (written whether listed or not)"),
+    SummaryRow(name="gradients", tags=("gradients/<variable>",), code=_STEP_FIGURES,
+               summary="a histogram of each trained variable's gradient"),
+    SummaryRow(name="gradient_norm", tags=("gradient_norm/<variable>",), code=_STEP_FIGURES,
+               summary="the L2 norm of each trained variable's gradient, one scalar per variable"),
+    SummaryRow(name="global_gradient_norm", tags=("pipeline/global_gradient_norm",), default=True,
+               code="opt_train.optimizers.finite:FiniteState.report",
+               summary="the L2 norm of all (unscaled) gradients together, before clipping, one scalar "
+               "(written whether listed or not)"),
+    SummaryRow(name="variables", tags=("variables/<variable>",), code=_STEP_FIGURES,
+               summary="a histogram of each trained variable's values"),
+    SummaryRow(name="variable_norm", tags=("variable_norm/<variable>",), code=_STEP_FIGURES,
+               summary="the L2 norm of each trained variable, one scalar per variable"),
+    SummaryRow(name="larc_summaries", tags=("larc/grad_update/<variable>", "larc/clip_on/<variable>",
+                                            "larc/final_lr/<variable>"), code=_STEP_FIGURES,
+               summary="with `larc_params`: per variable, LARC's ratio, whether it clipped (0/1), and the "
+               "learning rate it applied"),
+    SummaryRow(name="loss_scale", tags=("pipeline/loss_scale",), default=True,
+               code="opt_train.optimizers.loss_scaling:ScaleState.report",
+               summary="the loss scale, one scalar (1.0 without `loss_scaling`; written whether listed or not)"),
+], param="summaries", columns=("tensorboard_tags", "summary", "openseq2seq_default"))
+OPTIMIZER_SUMMARIES = tuple(SUMMARIES.rows)
+DEFAULT_SUMMARIES = tuple(name for name, row in SUMMARIES.rows.items() if row.default)
 
 # `dtype:` values. float16 / bfloat16 are "pure" (low-precision variables with
 # float32 master copies); mixed / mixed_bfloat16 keep float32 variables and
@@ -271,6 +308,7 @@ __all__ = [
     "LOSS_SCALER_PARAMS",
     "ON_NONFINITE",
     "OPTIMIZER_SUMMARIES",
+    "SUMMARIES",
     "check_clip_and_larc",
     "check_dtype",
     "check_iter_size",

@@ -48,3 +48,44 @@ def test_every_summary_is_written_with_the_right_values(cli, tmp_path):
 
     eval_events = _events(logdir / "eval")
     assert {"loss", "accuracy"} <= set(eval_events)  # the train run's names: one card each for both runs
+
+
+def _run(cli, logdir, *overrides):
+    args = ["train", "--config", CONFIGS / "default.yaml"]
+    for override in (f"logdir={logdir}", "max_steps=2", "save_summaries_steps=1", "print_loss_steps=1",
+                     "model_params.hidden_units=[8]", *overrides):
+        args += ["--set", override]
+    assert cli(*args).exit_code == 0
+    return set(_events(logdir / "train"))
+
+
+def test_each_summary_row_names_the_tags_a_real_run_writes(cli, tmp_path):
+    """Every `SUMMARIES` row against a real event file of a run listing every name (LARC on, so
+    `larc_summaries` writes): each of its tags is written, for each trained variable where it is
+    per variable, and every per-variable tag written belongs to some row."""
+    import re
+
+    from opt_train.optimizers.names import SUMMARIES
+
+    written = _run(cli, tmp_path / "every", f"summaries={list(SUMMARIES.rows)}", "larc_params={larc_eta: 0.002}")
+    variables = {"dense_0/kernel", "dense_0/bias", "logits/kernel", "logits/bias"}  # the 1-hidden-layer MLP
+    claimed = set()
+    for name, row in SUMMARIES.rows.items():
+        for pattern in row.tags:
+            expected = {pattern.replace("<variable>", v) for v in variables} if "<variable>" in pattern else {pattern}
+            assert expected <= written, (name, sorted(expected - written))
+            claimed |= expected
+    per_variable = {t for t in written if re.match(r"(gradients|gradient_norm|variables|variable_norm|larc)/", t)}
+    assert per_variable <= claimed, sorted(per_variable - claimed)
+
+
+def test_openseq2seqs_default_summaries_are_written_whether_listed_or_not(cli, tmp_path):
+    """Their rows say so: with `summaries: []` a run still writes the tags of the `default` rows, and no other row's."""
+    from opt_train.optimizers.names import SUMMARIES
+
+    written = _run(cli, tmp_path / "none", "summaries=[]", "larc_params={larc_eta: 0.002}")
+    for name, row in SUMMARIES.rows.items():
+        prefixes = [pattern.replace("<variable>", "") for pattern in row.tags]
+        shown = any(tag == prefix or ("<variable>" in pattern and tag.startswith(prefix))
+                    for tag in written for prefix, pattern in zip(prefixes, row.tags))
+        assert shown == row.default, (name, sorted(written))
