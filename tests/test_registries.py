@@ -113,3 +113,12 @@ def test_list_shows_every_registrys_rows_without_tensorflow():
         for name, row in table.rows.items():
             assert any(line.startswith(f"{name} ") and row.summary in line for line in lines), (kind, name)
 
+
+
+@pytest.mark.parametrize("kind", list(TABLES))
+def test_opt_train_list_shows_every_row_with_its_summary(cli, kind):
+    result = cli("list", kind)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for name, row in TABLES[kind].rows.items():
+        assert any(line.startswith(f"{name} ") and row.summary in line for line in lines), (kind, name)

@@ -6,8 +6,8 @@ from opt_train.params import REQUIRED
 from opt_train.registry import TABLES, describe_params, tables
 
 TOPICS = ("keys", *TABLES)
-# The topics whose docs table `--markdown` prints: the keys and every registry.
-MARKDOWN_TOPICS = ("keys", *TABLES)
+# The topics whose docs table `--markdown` prints: the keys and every registry (every topic).
+MARKDOWN_TOPICS = TOPICS
 
 
 @click.command("list")

@@ -1,11 +1,13 @@
 """TensorBoard summaries as a user reads them: every summary name, scalars and histograms, right values."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from opt_train.optimizers.names import OPTIMIZER_SUMMARIES
+from opt_train.optimizers.names import OPTIMIZER_SUMMARIES, SUMMARIES
 from tests.support import CONFIGS
 
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
@@ -63,10 +65,6 @@ def test_each_summary_row_names_the_tags_a_real_run_writes(cli, tmp_path):
     """Every `SUMMARIES` row against a real event file of a run listing every name (LARC on, so
     `larc_summaries` writes): each of its tags is written, for each trained variable where it is
     per variable, and every per-variable tag written belongs to some row."""
-    import re
-
-    from opt_train.optimizers.names import SUMMARIES
-
     written = _run(cli, tmp_path / "every", f"summaries={list(SUMMARIES.rows)}", "larc_params={larc_eta: 0.002}")
     variables = {"dense_0/kernel", "dense_0/bias", "logits/kernel", "logits/bias"}  # the 1-hidden-layer MLP
     claimed = set()
@@ -81,8 +79,6 @@ def test_each_summary_row_names_the_tags_a_real_run_writes(cli, tmp_path):
 
 def test_openseq2seqs_default_summaries_are_written_whether_listed_or_not(cli, tmp_path):
     """Their rows say so: with `summaries: []` a run still writes the tags of the `default` rows, and no other row's."""
-    from opt_train.optimizers.names import SUMMARIES
-
     written = _run(cli, tmp_path / "none", "summaries=[]", "larc_params={larc_eta: 0.002}")
     for name, row in SUMMARIES.rows.items():
         prefixes = [pattern.replace("<variable>", "") for pattern in row.tags]
