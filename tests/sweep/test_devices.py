@@ -1,9 +1,7 @@
 """Trials on devices: which GPUs a sweep worker finds, each running trial's own block of them through
 CUDA_VISIBLE_DEVICES (seen by the trial process itself), and the refusals of --gpus and --parallel."""
 
-import dataclasses
 import os
-import sys
 import traceback
 
 import pytest
@@ -11,8 +9,8 @@ import pytest
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.devices import GpuPool, find_gpus
-from opt_train.sweep.plan import SweepPlan
 from tests.support import CONFIGS, read_json, read_jsonl
+from tests.sweep.fake_plan import running
 
 # Writes the CUDA_VISIBLE_DEVICES it was started with, then waits until every trial of the sweep has
 # written its own: a trial that did not run at the same time as the others never sees them all and fails.
@@ -33,14 +31,6 @@ json.dump({"eval/accuracy": float(sets["optimizer_params.learning_rate"]), "glob
 """
 
 
-@dataclasses.dataclass(frozen=True)
-class FakePlan(SweepPlan):
-    script: str = ""
-
-    def command(self, trial, python=None):
-        return [sys.executable, self.script, *super().command(trial)[1:]]
-
-
 def fake_plan(tmp_path, rates, overrides=(), np=1):
     script = tmp_path / "barrier_train.py"
     script.write_text(BARRIER_TRAINER)
@@ -48,8 +38,7 @@ def fake_plan(tmp_path, rates, overrides=(), np=1):
     grid = ("optimizer_params.learning_rate=" + ",".join(map(str, rates)),)
     plan = plan_sweep([config], list(overrides), load_config([config], list(overrides)),
                       SweepOptions(grids=grid, metric="eval/accuracy"), tmp_path / "out", np=np)
-    fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
-    return FakePlan(**fields, script=str(script))
+    return running(plan, script)
 
 
 @pytest.mark.slow  # four processes at once on 2 cores; the fast subset keeps the two-trial case below

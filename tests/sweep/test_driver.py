@@ -18,8 +18,8 @@ import pytest
 
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
-from opt_train.sweep.plan import SweepPlan
 from tests.support import CONFIGS, REPO, read_json, read_jsonl, run_python
+from tests.sweep.fake_plan import running
 
 # Reads the trial's --set overrides; writes a failure record on its first attempt at lr 7777; "diverges"
 # above lr 1000, is "interrupted" at lr 13
@@ -54,14 +54,6 @@ json.dump({"eval/accuracy": 1 - lr, "global_step": 5}, open(os.path.join(logdir,
 """
 
 
-@dataclasses.dataclass(frozen=True)
-class FakePlan(SweepPlan):
-    script: str = ""
-
-    def command(self, trial, python=None):
-        return [sys.executable, self.script, *super().command(trial)[1:]]
-
-
 @pytest.fixture
 def make_plan(tmp_path):
     script = tmp_path / "fake_train.py"
@@ -72,8 +64,7 @@ def make_plan(tmp_path):
         base = load_config([config])
         grid = ("optimizer_params.learning_rate=" + ",".join(str(rate) for rate in rates),)
         plan = plan_sweep([config], [], base, SweepOptions(grids=grid, metric="eval/accuracy", **options), tmp_path / out)
-        fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
-        return FakePlan(**fields, script=str(script))
+        return running(plan, script)
 
     return make
 
@@ -186,26 +177,18 @@ def test_resolved_configs_are_written_before_trials_start(make_plan):
 
 # A sweep worker in its own process, running the stand-in trainer: argv script config out rates parallel.
 DRIVER = """
-import dataclasses, sys
+import sys
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
-from opt_train.sweep.plan import SweepPlan
+from tests.sweep.fake_plan import running
 
 script, config, out, rates, parallel, *study = sys.argv[1:]
-
-@dataclasses.dataclass(frozen=True)
-class FakePlan(SweepPlan):
-    script: str = ""
-
-    def command(self, trial, python=None):
-        return [sys.executable, self.script, *super().command(trial)[1:]]
 
 storage, name = study or (None, None)
 options = SweepOptions(grids=("optimizer_params.learning_rate=" + rates,), metric="eval/accuracy",
                        storage=storage, study=name)
 plan = plan_sweep([config], [], load_config([config]), options, out)
-fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
-result = run_sweep(FakePlan(**fields, script=script), int(parallel), report=lambda text: print(text, flush=True))
+result = run_sweep(running(plan, script), int(parallel), report=lambda text: print(text, flush=True))
 print(result.summary, flush=True)
 assert "tensorflow" not in sys.modules, "the sweep driver imported TensorFlow"
 """

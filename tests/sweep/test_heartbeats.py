@@ -43,26 +43,18 @@ json.dump({"eval/accuracy": 1 - lr / 1000, "global_step": 40}, open(os.path.join
 
 # A sweep worker in its own process: argv script config out rates heartbeat_secs max_retries [storage study].
 WORKER = """
-import dataclasses, sys
+import sys
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
-from opt_train.sweep.plan import SweepPlan
+from tests.sweep.fake_plan import running
 
 script, config, out, rates, beat, retries, *study = sys.argv[1:]
-
-@dataclasses.dataclass(frozen=True)
-class FakePlan(SweepPlan):
-    script: str = ""
-
-    def command(self, trial, python=None):
-        return [sys.executable, self.script, *super().command(trial)[1:]]
 
 storage, name = study or (None, None)
 options = SweepOptions(grids=("optimizer_params.learning_rate=" + rates,), metric="eval/accuracy",
                        storage=storage, study=name)
 plan = plan_sweep([config], [], load_config([config]), options, out)
-fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
-result = run_sweep(FakePlan(**fields, script=script), 1, report=lambda text: print(text, flush=True),
+result = run_sweep(running(plan, script), 1, report=lambda text: print(text, flush=True),
                    heartbeat_secs=int(beat), max_trial_retries=int(retries))
 print(result.summary, flush=True)
 """

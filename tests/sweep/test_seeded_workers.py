@@ -11,33 +11,26 @@ import sys
 import pytest
 
 from tests.support import CONFIGS, REPO, read_jsonl
+from tests.sweep.fake_plan import running
 from tests.sweep.test_driver import FAKE_TRAINER
 
 # lr in (100, 200): the stand-in trainer sleeps lr - 100 s, so the two workers overlap.
 SWEEP_BLOCK = "sweep:\n  random:\n    optimizer_params.learning_rate: {uniform: [100.2, 100.4]}\n"
 
 DRIVER = """
-import dataclasses, sys
+import sys
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
-from opt_train.sweep.plan import SweepPlan
+from tests.sweep.fake_plan import running
 
 script, out, sampler, trials, *study = sys.argv[1:]
-
-@dataclasses.dataclass(frozen=True)
-class FakePlan(SweepPlan):
-    script: str = ""
-
-    def command(self, trial, python=None):
-        return [sys.executable, self.script, *super().command(trial)[1:]]
 
 storage, name = study or (None, None)
 configs = [{default!r}, {block!r}]
 options = SweepOptions(random_trials=int(trials), seed=1, sampler=sampler, metric="eval/accuracy",
                        storage=storage, study=name)
 plan = plan_sweep(configs, [], load_config(configs), options, out)
-fields = {{field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}}
-run_sweep(FakePlan(**fields, script=script), 1, report=lambda text: print(text, flush=True))
+run_sweep(running(plan, script), 1, report=lambda text: print(text, flush=True))
 assert "tensorflow" not in sys.modules, "the sweep driver imported TensorFlow"
 """
 
@@ -63,12 +56,8 @@ def _plan(tmp_path, out, sampler, trials):
 
     Its stand-in trainer does not sleep: alone, no worker needs to overlap another.
     """
-    import dataclasses
-
     from opt_train.config import load_config
     from opt_train.sweep import SweepOptions, plan_sweep
-    from opt_train.sweep.plan import SweepPlan
-    from tests.sweep.test_driver import FakePlan
 
     _driver(tmp_path)
     script = tmp_path / "fake_train_alone.py"
@@ -76,8 +65,7 @@ def _plan(tmp_path, out, sampler, trials):
     configs = [str(CONFIGS / "default.yaml"), str(tmp_path / "sweep.yaml")]
     options = SweepOptions(random_trials=trials, seed=1, sampler=sampler, metric="eval/accuracy")
     plan = plan_sweep(configs, [], load_config(configs), options, str(tmp_path / out))
-    fields = {field.name: getattr(plan, field.name) for field in dataclasses.fields(SweepPlan)}
-    return FakePlan(**fields, script=str(script))
+    return running(plan, script)
 
 
 def _rates(out):

@@ -2,16 +2,11 @@
 variable is refused at its line before the first update, and a run killed with SIGKILL and re-run ends
 bit for bit where an uninterrupted run ends (every group's slots in the checkpoint)."""
 
-import signal
-import subprocess
-import sys
-import time
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import one_error_line
+from tests.support import kill_while_saving, one_error_line
 from tests.training.test_resume import RUN as RESUMED_RUN
 
 # test_resume's run (dropout's RNG state, momentum slots, a decaying rate) with two groups: a second optimizer's
@@ -72,16 +67,7 @@ def test_a_run_killed_and_rerun_equals_an_uninterrupted_run(cli, write_config, t
     legs = write_config({**RUN, "max_steps": 100000, "save_checkpoint_steps": 1, "logdir": str(tmp_path / "legs")},
                         "legs.yaml")
     index = tmp_path / "legs" / "checkpoints" / "checkpoint"
-    job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(legs)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not index.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)  # into a stream of saves, one per update
-    finally:
-        job.send_signal(signal.SIGKILL)
-        job.wait()
+    kill_while_saving(legs, index, settle_seconds=1.0)
     step = int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(index.parent))).get_tensor(
         "global_step/.ATTRIBUTES/VARIABLE_VALUE"))
     target = step + 12  # past a decay boundary of the rate

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import read_json
+from tests.support import kill_while_saving, read_json
 
 # Dropout (RNG state), momentum slots and a decaying lr all have to come back.
 RUN = {
@@ -79,16 +79,7 @@ def test_a_run_killed_while_saving_resumes_from_a_loadable_checkpoint(cli, write
     """SIGKILL a run that saves every update, then resume it (in this process): the index never points at a half checkpoint."""
     config = write_config({**RUN, "max_steps": 100000, "save_checkpoint_steps": 1, "print_loss_steps": 1000})
     index = tmp_path / "run" / "checkpoints" / "checkpoint"
-    job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(config)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not index.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.5)  # well into a stream of saves, one per update
-    finally:
-        job.send_signal(signal.SIGKILL)
-        job.wait()
+    kill_while_saving(config, index, settle_seconds=1.5)
     assert index.exists()
     killed_at = tf.train.latest_checkpoint(str(index.parent))
     reader = tf.train.load_checkpoint(killed_at)  # loadable, not torn
