@@ -93,6 +93,54 @@ def _one_case_fast(items):
             item.add_marker(pytest.mark.slow)
 
 
+def _shared_fixture_groups(items):
+    """Tests that share a fixture wider than one test (module, class or session scope, defined
+    under tests/) go to one xdist worker: `xdist_group` by the connected tests, so that the
+    fixture is built once, not once on each worker that happens to get one of its tests.
+
+    A module-scoped run of a minute, split over both workers, is trained twice (test_mesh.py's
+    matrix was: 150 s of CPU for nothing). Explicit `xdist_group` marks join their tests too;
+    each test ends with exactly one group mark, its component's (xdist joins every
+    `xdist_group` mark it finds into the group's name).
+    """
+    parent = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    def join(a, b):
+        parent[root(a)] = root(b)
+
+    for item in items:
+        keys = [f"group {mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}"
+                for mark in item.iter_markers("xdist_group")]
+        fixtureinfo = getattr(item, "_fixtureinfo", None)
+        for name, definitions in (fixtureinfo.name2fixturedefs.items() if fixtureinfo else ()):
+            definition = definitions[-1]
+            if definition.scope == "function" or not definition.baseid:  # "": a plugin's (tmp_path_factory)
+                continue
+            # A module- or class-scoped fixture of a conftest is built once per module or class.
+            holder = {"module": item.path, "class": getattr(item.cls, "__qualname__", None)}.get(definition.scope, "")
+            keys.append(f"fixture {definition.baseid}::{name} {holder}")
+        for key in keys:
+            join(item.nodeid, key)
+
+    groups = {}
+    for item in items:
+        groups.setdefault(root(item.nodeid), []).append(item)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        name = min(item.nodeid for item in members).split("::")[0]
+        for item in members:
+            for node in item.listchain():
+                node.own_markers[:] = [mark for mark in node.own_markers if mark.name != "xdist_group"]
+            item.add_marker(pytest.mark.xdist_group(name))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Modules with a slow test run first, each module's tests kept together and in order.
@@ -103,6 +151,7 @@ def pytest_collection_modifyitems(items):
     reordering (`tryfirst`), so that its grouping by fixture still applies.
     """
     _one_case_fast(items)
+    _shared_fixture_groups(items)
     slow_modules = {item.module.__name__ for item in items
                     if item.get_closest_marker("slow") is not None and getattr(item, "module", None)}
     items.sort(key=lambda item: getattr(getattr(item, "module", None), "__name__", "") not in slow_modules)

@@ -23,3 +23,30 @@ def test_a_one_case_fast_test_runs_its_last_case_alone_in_the_fast_subset(reques
             assert fast == items, name
         else:  # the whole suite: every case, the last one alone unmarked
             assert fast == [items[-1]], name
+
+
+def _groups(item):
+    return [mark.args[0] if mark.args else mark.kwargs.get("name") for mark in item.iter_markers("xdist_group")]
+
+
+def test_the_tests_that_share_a_fixture_wider_than_a_test_share_one_xdist_group(request):
+    """Built once, not once on each xdist worker that gets one of its tests (`--dist loadgroup`).
+
+    A module- or class-scoped fixture of a file under tests/ is shared by the tests of its
+    module (or class), a session-scoped one by every test using it: each such set is in one
+    group, and a test has exactly one group mark (xdist would join several into a new name).
+    """
+    sharing = collections.defaultdict(set)
+    for item in request.session.items:
+        assert len(_groups(item)) <= 1, (item.nodeid, _groups(item))
+        for name, definitions in item._fixtureinfo.name2fixturedefs.items():
+            definition = definitions[-1]
+            if definition.scope == "function" or not definition.baseid:
+                continue
+            holder = {"module": item.path, "class": item.cls}.get(definition.scope)
+            sharing[(definition.baseid, name, holder)].add(item)
+    assert sharing, "no test of this session shares a fixture"
+    for (_, name, holder), items in sharing.items():
+        if len(items) > 1:
+            names = {tuple(_groups(item)) for item in items}
+            assert len(names) == 1 and () not in names, (name, holder, names)
