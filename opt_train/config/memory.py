@@ -82,14 +82,14 @@ def memory_lines(config):
 
 
 def check_variables(config, paths):
-    """A `ConfigError` where `freeze_variables_regex` leaves no variable to train or an optimizer group takes no
+    """A `ConfigError` where `freeze_variables_regex` leaves no variable to train or freezes none, or an optimizer group takes no
     variable of the model's `paths`, by the rules `train` applies to the built model (`freezing`, `grouping`)."""
     from opt_train.optimizers import grouping
     from opt_train.optimizers.freezing import check_left_to_train, split_frozen
 
     trainable, frozen = split_frozen(paths, config.freeze_variables_regex, path=str)
     try:
-        check_left_to_train(trainable, frozen, config.freeze_variables_regex)
+        check_left_to_train(trainable, frozen, config.freeze_variables_regex, path=str)
         if config.optimizer_groups:
             grouping.assign(trainable, list(config.optimizer_groups), frozen)
     except ParamError as error:

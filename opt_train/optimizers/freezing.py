@@ -13,6 +13,12 @@ def variable_path(variable):
     return getattr(variable, "path", None) or variable.name.split(":")[0]
 
 
+def few_paths(paths, shown=4):
+    """The first `shown` of `paths` for an error line, and how many there are in all."""
+    listed = ", ".join(paths[:shown])
+    return listed + (f", ... ({len(paths)} in all)" if len(paths) > shown else "")
+
+
 def split_frozen(variables, regex=None, path=variable_path):
     """Splits `variables` into `(trainable, frozen)` by `re.search(regex, path(variable))`.
 
@@ -30,8 +36,14 @@ def split_frozen(variables, regex=None, path=variable_path):
     return trainable, frozen
 
 
-def check_left_to_train(trainable, frozen, regex):
-    """A `ParamError` at `freeze_variables_regex` when it froze every variable (`split_frozen`'s halves)."""
+def check_left_to_train(trainable, frozen, regex, path=variable_path):
+    """A `ParamError` at `freeze_variables_regex` when it froze every variable or none (`split_frozen`'s halves).
+
+    A regex that matches nothing would train the variables it was written to hold still: a typo in
+    a fine-tuning config, found only when the "frozen" layers have moved. OpenSeq2Seq trained on
+    silently; opt-train refuses it as it refuses an optimizer group or a `layouts` key that takes
+    no variable.
+    """
     if frozen and not trainable:
         raise ParamError(
             "freeze_variables_regex", "out_of_range",
@@ -39,4 +51,14 @@ def check_left_to_train(trainable, frozen, regex):
             key="freeze_variables_regex",
             text=f"No variable left to train. Received: freeze_variables_regex={regex!r} matched all {len(frozen)} "
                  "variables",
+        )
+    if regex is not None and trainable and not frozen:
+        paths = [path(variable) for variable in trainable]
+        shown = few_paths(paths)
+        raise ParamError(
+            "freeze_variables_regex", "out_of_range",
+            f"matches no trainable variable (their paths: {shown}): nothing would be frozen", regex,
+            key="freeze_variables_regex",
+            text=f"Nothing to freeze. Received: freeze_variables_regex={regex!r} matched none of the "
+                 f"{len(paths)} trainable variables ({shown})",
         )

@@ -21,6 +21,7 @@ import re
 from opt_train import params as p
 from opt_train.errors import ParamError
 from opt_train.optimizers import specs, table
+from opt_train.optimizers.freezing import few_paths
 from opt_train.suggest import UnknownNameError
 
 KEY = "optimizer_groups"
@@ -163,13 +164,13 @@ def assign(paths, groups, frozen_paths=()):
         frozen = [path for path in frozen_paths if pattern.search(path)]
         if matching:
             first = taken[paths.index(matching[0])]
-            message = (f"takes no variable: the {len(matching)} it matches ({_few(matching)}) go to "
+            message = (f"takes no variable: the {len(matching)} it matches ({few_paths(matching)}) go to "
                        f"{_at(first)}, the first group matching them")
         elif frozen:
-            message = (f"matches only variables freeze_variables_regex freezes ({_few(frozen)}): a frozen "
+            message = (f"matches only variables freeze_variables_regex freezes ({few_paths(frozen)}): a frozen "
                        "variable has no optimizer")
         else:
-            message = f"matches no trainable variable (their paths: {_few(paths)})"
+            message = f"matches no trainable variable (their paths: {few_paths(paths)})"
         raise ParamError.at(here, "out_of_range", message, groups[index]["variables"])
     return taken
 
@@ -178,11 +179,6 @@ def owners(paths, groups):
     """The group index each path goes to (None: the top-level optimizer), first match wins; nothing refused."""
     patterns = [re.compile(group["variables"]) for group in groups]
     return [next((i for i, pattern in enumerate(patterns) if pattern.search(path)), None) for path in paths]
-
-
-def _few(paths, shown=4):
-    listed = ", ".join(paths[:shown])
-    return listed + (f", ... ({len(paths)} in all)" if len(paths) > shown else "")
 
 
 def multiplier_of(groups, taken):

@@ -1,6 +1,6 @@
 """`validate` judges the keys that name a built-in model's variables against the paths the model will have
 (`config.memory.check_variables`, the rules `train` applies to the built model): a `freeze_variables_regex`
-that leaves nothing to train and an optimizer group that takes no variable are one line at their key, exit 2,
+that leaves nothing to train or freezes nothing, and an optimizer group that takes no variable are one line at their key, exit 2,
 before TensorFlow starts. (`tests/models/test_size.py` holds those paths to the built Keras models.)"""
 
 import pytest
@@ -10,6 +10,10 @@ HEAD = "model: mlp\ndata: digits\nmax_steps: 2\nbatch_size_per_gpu: 16\n"
 CASES = [
     ('freeze_variables_regex: "."\n', 5,
      "freeze_variables_regex: matches all 6 variables: no variable left to train. Received: '.' [out_of_range]"),
+    # A typo in a fine-tuning config: it would train the layers it was written to hold still.
+    ("freeze_variables_regex: '^dense_O'\n", 5,
+     "freeze_variables_regex: matches no trainable variable (their paths: dense_0/kernel, dense_0/bias, "
+     "dense_1/kernel, dense_1/bias, ... (6 in all)): nothing would be frozen. Received: '^dense_O' [out_of_range]"),
     ("optimizer_groups: [{variables: '^nothing', optimizer: SGD}]\n", 5,
      "optimizer_groups[0].variables: matches no trainable variable (their paths: dense_0/kernel, dense_0/bias, "
      "dense_1/kernel, dense_1/bias, ... (6 in all)). Received: '^nothing' [out_of_range]"),
@@ -40,9 +44,10 @@ def test_keys_that_leave_each_group_and_the_optimizer_variables_pass(cli, tmp_pa
 
 
 @pytest.mark.slow
-def test_train_refuses_the_built_model_with_the_same_line(cli, tmp_path):
+@pytest.mark.parametrize("case", [0, 1])
+def test_train_refuses_the_built_model_with_the_same_line(cli, tmp_path, case):
     """The reference: the rule `train` applies once the Keras model is built says the same, at the same key."""
-    text, line, said = CASES[0]
+    text, line, said = CASES[case]
     path = write(tmp_path, text)
     result = cli("train", "--config", path)
     assert result.exit_code == 2, result.output

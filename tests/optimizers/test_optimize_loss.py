@@ -188,12 +188,13 @@ def test_freeze_regex_gives_no_update_and_no_slots():
     assert [v.name for v in train_op.frozen_variables] == ["bias:0", "table:0"]
 
 
-def test_no_variable_to_train_names_var_list_and_freezing_them_all_names_the_regex():
+def test_no_variable_to_train_names_var_list_and_freezing_them_all_or_none_names_the_regex():
     from opt_train.errors import ParamError
 
     init, _ = make_problem()
     variables = make_variables(init)
-    for var_list, regex, key in (([], None, "var_list"), (variables, ".", "freeze_variables_regex")):
+    for var_list, regex, key in (([], None, "var_list"), (variables, ".", "freeze_variables_regex"),
+                                 (variables, "^nothing$", "freeze_variables_regex")):
         train_op = optimize_loss(make_loss(variables), keras.optimizers.Adam, {}, None,
                                  var_list=var_list, freeze_variables_regex=regex)
         with pytest.raises(ParamError) as caught:

@@ -63,7 +63,7 @@ def test_a_config_s_pipeline_keys_reach_the_train_op(tmp_path):
         "data_params": {"num_examples": 64, "num_features": 4, "num_classes": 2},
         "model_params": {"hidden_units": [4]}, "optimizer": "SGD", "optimizer_params": {"learning_rate": 0.1},
         "iter_size": 2, "max_grad_norm": 0.5, "loss_scaling": "Backoff", "count_skipped_updates": True,
-        "summaries": ["gradients"], "freeze_variables_regex": "^nothing$",
+        "summaries": ["gradients"], "freeze_variables_regex": "^dense_0/bias$",
     }
     loaded = load_config([str(write_run(tmp_path, config, "c.yaml"))])
     run = build_run(loaded, get_backend())
