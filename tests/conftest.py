@@ -45,6 +45,15 @@ def write_config(tmp_path):
     return write
 
 
+@pytest.fixture(scope="module")
+def no_export():
+    """`tests.support.without_export()` for the rest of the module (its module fixtures too): use it module-wide."""
+    from tests.support import without_export
+
+    with without_export():
+        yield
+
+
 @pytest.fixture
 def cli():
     """Runs `opt-train ARGS` in this process (one TensorFlow import for the whole suite)."""

@@ -1,5 +1,6 @@
 """Small helpers shared by test modules (import as `from tests.support import ...`)."""
 
+import contextlib
 import json
 import os
 import pathlib
@@ -52,6 +53,21 @@ def write_run(folder, run, name="config.yaml", logdir="run"):
     path = folder / name
     path.write_text(yaml.safe_dump(payload, sort_keys=False))
     return path
+
+
+@contextlib.contextmanager
+def without_export():
+    """Runs in this process skip the end-of-run export (for tests that never look at logdir/export).
+
+    Writing the SavedModel traces the model again: about a sixth of a 60-update run of a
+    small MLP on 2 cores. The export itself is tests/models/test_export.py's (and test_ema.py's).
+    """
+    from unittest import mock
+
+    from opt_train.training import export
+
+    with mock.patch.object(export, "export_at_end", lambda run, say: None):
+        yield
 
 
 # What a cluster launcher hands its workers: the machine running the tests must not pass

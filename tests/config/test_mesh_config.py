@@ -153,7 +153,7 @@ def test_validate_np_accepts_a_mesh_whose_batch_axis_the_workers_split(tmp_path)
 
 def test_validate_np_accepts_the_chiefs_decisions_on_a_mesh_across_workers(tmp_path):
     """lr_control, early_stopping and restore_best_checkpoint: the workers share the chief's figures
-    (`controls.shared_figures`; tests/distributed/test_mesh_workers.py trains them)."""
+    (`controls.shared_figures`; tests/e2e/test_mesh_workers.py trains them)."""
     decisions = ("eval_steps: 5\nrestore_best_checkpoint: true\nearly_stopping: {monitor: loss, patience: 2}\n"
                  "lr_control: {mode: plateau, monitor: loss}\n")
     result = run_cli("validate", "--config", write(tmp_path, MESH + decisions), "--np", 2)

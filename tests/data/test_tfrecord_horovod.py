@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.data.test_tfrecord import params, write_records
-from tests.distributed.test_horovod_e2e import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun_argv
+from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun_argv
 from tests.support import END_WITHOUT_TEARDOWN, REPO, read_json
 
 pytestmark = [

@@ -1,8 +1,8 @@
 """Trains the distributed end-to-end runs and saves each process's final variables.
 
-Launched by tests/distributed/test_horovod_e2e.py as
+Launched by tests/e2e/conftest.py (`horovod_runs`) as
 `horovodrun -np 2 -H localhost:2 --gloo python horovod_train_worker.py OUTDIR RUN...`
-(BACKEND horovod, the default), and by tests/distributed/test_tf_distribute_e2e.py as
+(BACKEND horovod, the default), and by its `replicas_runs` and `workers_runs` as
 `python horovod_train_worker.py --backend replicas OUTDIR RUN...` (2 replicas in one
 process) or twice with a TF_CONFIG each and `--backend workers`; the same module gives
 the tests the configs of the matching single-process runs. Only NumPy and YAML at module

@@ -4,7 +4,7 @@ After one rank failed, horovodrun's middleman process of each other rank sends i
 waits `GRACEFUL_TERMINATION_TIME_S` (5 s), SIGKILLs it, then does the same to the rank's shell:
 10 s of waiting for a stopped rank. The middleman is a *spawned* process that imports
 `safe_shell_exec` afresh, so the constant is set there, by `exec_middleman`, which
-`horovodrun_argv(..., grace_seconds=S)` (conftest.py) puts in place of horovodrun's own.
+`horovodrun_argv(..., grace_seconds=S)` (tests/processes.py) puts in place of horovodrun's own.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_worker as worker
-from tests.distributed.conftest import horovodrun_argv
+from tests.processes import horovodrun_argv
 
 pytestmark = [
     pytest.mark.xdist_group("horovod-backend"),

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_train_worker as worker
-from tests.distributed.test_equal_to_one_process import LOSS_TOLERANCE, TOLERANCE, checkpoint_values, reported_losses
+from tests.e2e.test_equal_to_one_process import LOSS_TOLERANCE, TOLERANCE, checkpoint_values, reported_losses
 from tests.support import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("second-host")]

@@ -15,7 +15,7 @@ import pytest
 
 from opt_train.distributed.launcher import exit_code
 from opt_train.distributed.worker_process import process_state
-from tests.distributed.conftest import horovodrun_argv
+from tests.processes import horovodrun_argv
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl, run_python
 
 horovod = pytest.mark.skipif(

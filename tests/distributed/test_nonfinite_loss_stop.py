@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.distributed.conftest import HOROVOD_INSTALLED, LAUNCH_ENV
+from tests.processes import HOROVOD_INSTALLED, LAUNCH_ENV
 from tests.support import REPO, write_run
 
 pytestmark = pytest.mark.slow

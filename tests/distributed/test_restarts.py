@@ -3,7 +3,7 @@ in OPT_TRAIN_RESTART_COUNT, up to K times; interrupts and refused configs are no
 
 The workers are the launcher tests' stand-ins (tests/distributed/tf_worker.py, real processes
 without TensorFlow): what is tested here is the supervision. That a restarted training job
-equals an uninterrupted one is tests/distributed/test_restart_e2e.py.
+equals an uninterrupted one is tests/e2e/test_restart.py.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pytest
 from opt_train.distributed.cluster import Cluster
 from opt_train.distributed.startup import wait_for_workers
 from opt_train.errors import TrainingFailed
-from tests.distributed.conftest import HOROVOD_INSTALLED, free_ports
+from tests.processes import HOROVOD_INSTALLED, free_ports
 from tests.support import REPO, unlaunched_environ, write_run
 
 # Far above a lone worker's whole life here (the TensorFlow import and the wait); reaching it means a hang.

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.distributed.conftest import JOB_TIMEOUT_SECONDS, free_ports, tf_config
+from tests.processes import JOB_TIMEOUT_SECONDS, free_ports, tf_config
 from tests.support import REPO, unlaunched_environ, write_run
 
 pytestmark = [
@@ -68,4 +68,4 @@ def test_each_worker_says_which_it_is_and_ends_with_its_own_done_line(tmp_path):
     assert "step 4/8" not in worker_out  # progress from the chief alone
 
 
-# Each worker's own `interrupted` line: test_tf_launch_e2e.py's SIGTERM to the launcher.
+# Each worker's own `interrupted` line: tests/e2e/test_tf_launch.py's SIGTERM to the launcher.

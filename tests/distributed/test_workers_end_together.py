@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from tests.distributed.conftest import free_ports, run_tf_workers, tf_config
+from tests.processes import free_ports, run_tf_workers, tf_config
 from tests.distributed.slow_link import SlowLink
 from tests.support import read_json
 

@@ -15,9 +15,9 @@ import time
 import numpy as np
 import pytest
 
-from tests.distributed.test_tf_launch_e2e import assert_equal_runs
-from tests.distributed.test_tf_launch_e2e import losses as _losses
-from tests.distributed.test_tf_launch_e2e import model_weights as _tensors
+from tests.e2e.test_tf_launch import assert_equal_runs
+from tests.e2e.test_tf_launch import losses as _losses
+from tests.e2e.test_tf_launch import model_weights as _tensors
 from tests.support import REPO, read_json, read_jsonl, unlaunched_environ
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """The sweep driver on a real SQLite Optuna study with a stand-in trainer (a tiny script): records, skipping,
 resuming, adopting, interrupts, two workers, a killed driver.
 
-The real `opt-train train` path is covered by test_sweep_e2e.py; here each trial takes
+The real `opt-train train` path is covered by tests/e2e/test_sweep.py; here each trial takes
 milliseconds, so every branch of the driver is cheap to reach.
 """
 

@@ -1,12 +1,10 @@
-"""Fixtures of the training tests: a trained logdir, runs without their export, and a small file system to fill or mount read-only."""
+"""Fixtures of the training tests: a trained logdir, and a small file system to fill or mount read-only."""
 
-import contextlib
 import subprocess
-from unittest import mock
 
 import pytest
 
-from tests.support import write_run
+from tests.support import without_export, write_run
 
 
 @pytest.fixture(scope="session")
@@ -27,26 +25,6 @@ def train_logdir():
         return config, folder / "run"
 
     return train
-
-
-@contextlib.contextmanager
-def without_export():
-    """Runs in this process skip the end-of-run export (for tests that never look at logdir/export).
-
-    Writing the SavedModel traces the model again: about a sixth of a 60-update run of a
-    small MLP on 2 cores. The export itself is tests/models/test_export.py's (and test_ema.py's).
-    """
-    from opt_train.training import export
-
-    with mock.patch.object(export, "export_at_end", lambda run, say: None):
-        yield
-
-
-@pytest.fixture(scope="module")
-def no_export():
-    """`without_export()` for the rest of the module (its module fixtures too): use it module-wide."""
-    with without_export():
-        yield
 
 
 @pytest.fixture

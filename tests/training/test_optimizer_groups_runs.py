@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tests.support import kill_while_saving, one_error_line
-from tests.training.test_resume import RUN as RESUMED_RUN
+from tests.e2e.test_resume import RUN as RESUMED_RUN
 
 # test_resume's run (dropout's RNG state, momentum slots, a decaying rate) with two groups: a second optimizer's
 # slots and a multiplied rate have to come back too.

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tests.support import read_json, read_jsonl
-from tests.training.test_resume import RUN, _saved_state
+from tests.e2e.test_resume import RUN, _saved_state
 
 # Float16 compute with Backoff from 2**24 (OpenSeq2Seq's old default): the first updates overflow, and growing
 # the scale after every 3 finite updates overflows again now and then: skips all along the run.

@@ -9,7 +9,7 @@ uninterrupted run's.
 Only the stopped runs need a process apart from the tests': the five signalled ones share
 one (a stop ends `main` with SystemExit, and the next run starts in the same interpreter:
 one TensorFlow import for the five), each killed one has its own. The resumes and the
-uninterrupted runs are `opt-train train` in this process, as tests/training/test_resume.py
+uninterrupted runs are `opt-train train` in this process, as tests/e2e/test_resume.py
 resumes.
 """
 

@@ -1,6 +1,6 @@
 """A model factory for the restart tests: an MLP whose process kills itself with SIGKILL at a given training call.
 
-Used as `model: {factory: "tests.distributed.restart_model:build"}`. The layer counts the
+Used as `model: {factory: "tests.e2e.restart_model:build"}`. The layer counts the
 training calls of its process (one per update) and, at the `kill_at_call`-th, SIGKILLs
 the process when it is tf.distribute worker `kill_worker` (its TF_CONFIG task) and the
 launcher's OPT_TRAIN_RESTART_COUNT is below `kill_before`. With `kill_before: 0` it is

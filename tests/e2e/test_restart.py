@@ -1,5 +1,5 @@
 """`opt-train train --np 2 --max-restarts 2` on real tf.distribute workers: worker 1 SIGKILLs itself in the first
-two attempts (tests/distributed/restart_model.py), the launcher relaunches the job from the newest checkpoint
+two attempts (tests/e2e/restart_model.py), the launcher relaunches the job from the newest checkpoint
 twice, and the run ends with every tensor of its checkpoint byte-identical to an uninterrupted `--np 2` run's."""
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from tests.distributed.test_tf_launch_e2e import ENV, JOB_TIMEOUT_SECONDS, model_weights
+from tests.e2e.test_tf_launch import ENV, model_weights
+from tests.processes import JOB_TIMEOUT_SECONDS
 from tests.support import REPO, read_json
 
 pytestmark = pytest.mark.slow
 
 RUN = """\
-model: {factory: "tests.distributed.restart_model:build"}
+model: {factory: "tests.e2e.restart_model:build"}
 model_params: {hidden_units: 8, kill_at_call: 30, kill_worker: 1}
 data: digits
 batch_size_per_gpu: 16

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import JOB_TIMEOUT_SECONDS
 from tests.support import REPO, read_json, read_jsonl, unlaunched_environ
 
 pytestmark = [
@@ -28,7 +29,6 @@ pytestmark = [
                        reason="the tf.distribute backend is not in this checkout"),
 ]
 
-JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
 RANK_TIMEOUT = 5
 ENV = unlaunched_environ(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
 RUN = """\

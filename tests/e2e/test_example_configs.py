@@ -10,7 +10,7 @@ from tests.support import CONFIGS, read_json, read_jsonl
 # Run by their own tests: they need a multi-process launcher or a sweep directory.
 # tfrecord.yaml reads files its header makes first (tests/data/test_convert.py runs it that way).
 # replicas.yaml and mesh.yaml split the CPU into logical devices, which only a fresh process can do
-# (mesh.yaml's run: tests/distributed/test_mesh_example.py).
+# (mesh.yaml's run: tests/e2e/test_mesh_example.py).
 NOT_A_TRAINING_RUN = {"horovod.yaml", "mesh.yaml", "replicas.yaml", "sweep.yaml", "tfrecord.yaml"}
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_train_worker as worker
-from tests.distributed.conftest import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun, horovodrun_argv
+from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun, horovodrun_argv
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
 
 pytestmark = [
@@ -28,7 +28,7 @@ pytestmark = [
 # This checkout's opt_train (the `opt-train` console script may belong to another install).
 OPT_TRAIN = (sys.executable, "-m", "opt_train")
 # The tests that read the session's `horovod_runs` go to the xdist worker of the other tests
-# that read it (tests/distributed/test_equal_to_one_process.py), which trains it once.
+# that read it (tests/e2e/test_equal_to_one_process.py), which trains it once.
 shares_horovod_runs = pytest.mark.xdist_group("distributed-equal")
 
 

@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from tests.distributed.test_mesh import train_here
-from tests.distributed.test_tf_launch_e2e import ENV, assert_equal_runs, opt_train
+from tests.e2e.test_tf_launch import ENV, assert_equal_runs, opt_train
+from tests.processes import JOB_TIMEOUT_SECONDS
 from tests.support import REPO, read_jsonl
 
 pytestmark = pytest.mark.slow
 
-JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
 RUN = {
     "model": "mlp",
     "model_params": {"hidden_units": [32]},
