@@ -106,7 +106,9 @@ class Backend(abc.ABC):
         return value
 
     def barrier(self):
-        """Waits until every rank reaches this point."""
+        """Waits until every rank reaches this point (a reduction of a zero across the workers)."""
+        if self.num_workers > 1:
+            self.allreduce_scalar(0)
 
     def leave(self):
         """After this process's last collective: waits until every rank is done with theirs.

@@ -410,10 +410,6 @@ class MeshBackend(Backend):
             return reduced / self._workers
         return int(round(reduced)) if isinstance(value, int) else reduced
 
-    def barrier(self):
-        if self._workers > 1:
-            self.allreduce_scalar(0)
-
     def lost_peer(self, error):
         """One line when a collective failed because another worker died or did not answer, else None."""
         from opt_train.distributed.tfdist import _LOST_PEER_ERRORS

@@ -264,10 +264,6 @@ class StrategyBackend(Backend):
 
         return gather
 
-    def barrier(self):
-        if self._workers > 1:
-            self.allreduce_scalar(0)
-
     def lost_peer(self, error):
         """One line when a collective failed because another worker died or did not answer, else None."""
         if self._workers <= 1 or type(error).__name__ not in _LOST_PEER_ERRORS:
