@@ -16,7 +16,7 @@ import yaml
 from tests.support import SMALL_RUN, main_code, read_json, read_jsonl, run_python
 
 # Found, not imported: importing mlflow costs 1.5 s at every xdist worker's collection, fast subset included.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("mlflow-server"),  # a server start and two training runs
+pytestmark = [pytest.mark.slow,  # a server start and two training runs
               pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs the [mlflow] extra")]
 
 

@@ -9,7 +9,6 @@ import pytest
 from tests.support import REPO, SMALL_RUN, write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("quiet-mismatched")
 
 
 def _opt_train(*args, cwd):

@@ -13,7 +13,6 @@ from opt_train.data import normalization
 from tests.support import END_WITHOUT_TEARDOWN, write_run
 
 # Two tests read one trained run (a module fixture): one xdist worker runs them (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("credit-csv")
 
 
 def write_credit_csv(path, n=2000, seed=0):

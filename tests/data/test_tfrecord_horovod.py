@@ -12,7 +12,6 @@ from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun_argv
 from tests.support import END_WITHOUT_TEARDOWN, REPO, read_json
 
 pytestmark = [
-    pytest.mark.xdist_group("tfrecord-horovod"),  # both tests read one job (`layouts`)
     pytest.mark.slow,
     pytest.mark.horovod,
     pytest.mark.skipif(importlib.util.find_spec("horovod") is None,

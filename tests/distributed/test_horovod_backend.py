@@ -15,7 +15,6 @@ from tests.distributed import horovod_worker as worker
 from tests.processes import horovodrun_argv
 
 pytestmark = [
-    pytest.mark.xdist_group("horovod-backend"),
     pytest.mark.slow,
     pytest.mark.horovod,
     pytest.mark.skipif(

@@ -24,7 +24,7 @@ from tests.distributed import horovod_train_worker as worker
 from tests.e2e.test_equal_to_one_process import LOSS_TOLERANCE, TOLERANCE, checkpoint_values, reported_losses
 from tests.support import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("second-host")]
+pytestmark = pytest.mark.slow
 
 SSHD = "/usr/sbin/sshd"
 SSH_PORT = 2222  # not ssh's default: --ssh-port must carry it

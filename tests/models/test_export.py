@@ -11,7 +11,6 @@ import pytest
 from tests.support import write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("export-trained")
 
 
 RUN = {

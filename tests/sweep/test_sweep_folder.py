@@ -12,7 +12,7 @@ import pytest
 from tests.support import SMALL_RUN, read_jsonl, write_run
 
 # Two trainer processes (TensorFlow imported in each) for the module.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sweep-folder")]
+pytestmark = pytest.mark.slow
 
 GRID = ["--grid", "optimizer_params.learning_rate=0.1,0.01"]
 

@@ -14,7 +14,7 @@ from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json
 # The fixture is this module's own (train_logdir only writes and trains a config), so the group is too:
 # grouped with test_logdir.py and test_tensorboard.py it left one worker a long tail.
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
-pytestmark = [pytest.mark.xdist_group("checkpoints-trained"), pytest.mark.usefixtures("no_export")]
+pytestmark = [pytest.mark.usefixtures("no_export")]
 
 RUN = {**SMALL_RUN, "print_loss_steps": 2, "save_checkpoint_steps": 2, "num_checkpoints": 3}
 

@@ -13,7 +13,6 @@ import tensorflow as tf
 from tests.support import SMALL_RUN, write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("ema-run")
 
 MOMENTUM = 0.9
 RUN = {**SMALL_RUN, "optimizer": "GradientDescent",

@@ -13,7 +13,7 @@ from tests.support import REPO, SMALL_RUN, fill_disk, one_error_line, read_json,
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
-pytestmark = [pytest.mark.xdist_group("train-logdir"), pytest.mark.usefixtures("no_export")]
+pytestmark = [pytest.mark.usefixtures("no_export")]
 
 
 RUN = {**SMALL_RUN, "print_loss_steps": 3, "save_checkpoint_steps": 3}

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 # One trained run (a module fixture) read by every test here: one xdist worker runs them.
-pytestmark = pytest.mark.xdist_group("predict-columns")
 
 HEADER = ["income", "age", "debt_ratio", "label"]
 

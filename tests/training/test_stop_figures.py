@@ -43,7 +43,7 @@ RUN = {
 # No test here looks at logdir/export: the runs in this process skip the end-of-run export
 # (conftest.py: no_export); the stopped runs never reach it. One worker runs them all, so the
 # signalled runs' process and the uninterrupted runs are made once.
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_export"), pytest.mark.xdist_group("stop-figures")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_export")]
 
 # Timing depends on the machine, not the step.
 TIMED = ("samples_per_sec",)

@@ -7,7 +7,6 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tests.support import SMALL_RUN
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("tensorboard-logdir")
 
 
 @pytest.fixture(scope="module")
