@@ -107,7 +107,7 @@ def _shared_fixture_groups(items):
     under tests/) go to one xdist worker: `xdist_group` by the connected tests, so that the
     fixture is built once, not once on each worker that happens to get one of its tests.
 
-    A module-scoped run of a minute, split over both workers, is trained twice (test_mesh.py's
+    A module-scoped run of a minute, split over two workers, is trained twice (test_mesh.py's
     matrix was: 150 s of CPU for nothing). Explicit `xdist_group` marks join their tests too;
     each test ends with exactly one group mark, its component's (xdist joins every
     `xdist_group` mark it finds into the group's name).
@@ -155,7 +155,7 @@ def pytest_collection_modifyitems(items):
     """Modules with a slow test run first, each module's tests kept together and in order.
 
     xdist (`--dist loadgroup`) hands out the single tests in this order as workers free up:
-    with the long ones early, a run ends on short tests on both workers, instead of one
+    with the long ones early, a run ends on short tests on every worker, instead of one
     worker finishing a minute-long test alone while the other idles. Before pytest's own
     reordering (`tryfirst`), so that its grouping by fixture still applies.
     """
