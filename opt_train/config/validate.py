@@ -120,11 +120,13 @@ def model_fits_data(values):
 
 
 def loss_fits_task(values):
-    """A `loss` by name reads what a built-in model outputs for the dataset's task (`objective_names.loss_fit_problem`);
-    a model of the user's (a factory, a saved model) shapes its own output."""
+    """A `loss` by name reads what a model opt-train shapes outputs for the dataset's task
+    (`objective_names.loss_fit_problem`): a built-in's, and a `keras_application`'s, whose head opt-train
+    puts on (per-class logits, as a built-in's); a model of the user's (a factory, a saved model) shapes its
+    own output."""
     from opt_train.data.objective_names import loss_fit_problem
 
-    if not isinstance(values["loss"], str) or not isinstance(values["model"], str):
+    if not isinstance(values["loss"], str) or models.spec_kind(values["model"]) not in ("name", "keras_application"):
         return
     problem = loss_fit_problem(values["loss"], datasets.task_kind(values["data"], values["data_params"]))
     if problem:

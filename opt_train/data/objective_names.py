@@ -40,12 +40,13 @@ CLASS_ID_METRICS = ("accuracy", "sparse_categorical_accuracy", "sparse_categoric
 
 
 def loss_fit_problem(name, kind):
-    """Why loss `name` (a registry name) cannot score a built-in model's output for a `kind` task, or None:
-    classification and sequence models output per-class logits against class ids, which only the sparse
+    """Why loss `name` (a registry name) cannot score the output of a model opt-train builds (a built-in, a
+    `keras_application` with opt-train's head) for a `kind` task, or None: classification and sequence models
+    output per-class logits against class ids, which only the sparse
     categorical cross-entropy reads (the others fail at the first step); a regression's targets are not ids."""
     if kind in ("classification", "sequence") and name != "sparse_categorical_crossentropy":
-        return (f"reads labels of the prediction's shape, but a built-in model on a {kind} task outputs per-class "
-                "logits against class ids, which only sparse_categorical_crossentropy reads")
+        return (f"reads labels of the prediction's shape, but the model opt-train builds for a {kind} task outputs "
+                "per-class logits against class ids, which only sparse_categorical_crossentropy reads")
     if kind == "regression" and name == "sparse_categorical_crossentropy":
         return "reads class ids, but a regression's targets have the prediction's shape"
     return None

@@ -130,17 +130,28 @@ def test_a_loss_and_model_of_ones_own_say_how_labels_are_read_and_the_metric_is_
     assert load_config([path]).metrics == ("auc",)
 
 
-@pytest.mark.parametrize("data, loss", [
-    ("digits", "categorical_crossentropy"), ("digits", "mse"), ("synthetic_regression", "sparse_categorical_crossentropy"),
+APPLICATION = ("model: {keras_application: MobileNetV2}\n"
+               "data_params: {num_examples: 64, height: 32, width: 32, channels: 3, num_classes: 4}\n")
+
+
+@pytest.mark.parametrize("data, loss, model", [
+    ("digits", "categorical_crossentropy", ""), ("digits", "mse", ""),
+    ("synthetic_regression", "sparse_categorical_crossentropy", ""),
+    # A Keras application's head is opt-train's: per-class logits, as a built-in's. Failed before: validate
+    # passed, and train ended at its first step with Keras's shape error and exit 1.
+    ("synthetic_images", "categorical_crossentropy", APPLICATION),
 ])
-def test_validate_refuses_a_loss_that_cannot_read_a_built_in_models_output_in_one_line(cli, tmp_path, data, loss):
+def test_validate_refuses_a_loss_that_cannot_read_a_built_in_models_output_in_one_line(cli, tmp_path, data, loss,
+                                                                                     model):
     """Failed before: validate passed, and train ended at its first step with Keras's shape error and exit 1."""
     path = tmp_path / "run.yaml"
-    path.write_text(HEAD + f"data: {data}\nloss: {loss}\n")
+    path.write_text(HEAD + f"data: {data}\nloss: {loss}\n" + model)
     result = cli("validate", "--config", path)
     assert result.exit_code == 2, result.output
     [error] = [row for row in result.output.splitlines() if row.startswith("Error:")]
     assert error.startswith(f"Error: {path}:4: loss: reads ") and error.endswith(f"Received: '{loss}' [conflict]")
+    path.write_text(HEAD + f"data: {data}\n" + model)
+    assert cli("validate", "--config", path).exit_code == 0  # the model and data themselves are a valid pair
 
 
 def test_what_a_refused_loss_does_to_class_ids_and_logits():
