@@ -334,7 +334,12 @@ def param_errors(spec, params, kind, *, required_by=None, key_kind=None):
 
 def check_params(spec, params, kind, *, required_by=None, key_kind=None):
     """`params` checked against `spec`, defaults filled in; raises the first problem found."""
-    filled, errors = param_errors(spec, params, kind, required_by=required_by, key_kind=key_kind)
+    return filled_or_first_error(param_errors(spec, params, kind, required_by=required_by, key_kind=key_kind))
+
+
+def filled_or_first_error(found):
+    """The parameters of a `(filled, errors)` pair (every kind's `param_errors` gives one); raises its first error."""
+    filled, errors = found
     if errors:
         raise errors[0]
     return filled

@@ -127,10 +127,7 @@ class Table(Registry):
 
     def check(self, name, params):
         """`params` for row `name` with defaults filled; raises the first problem."""
-        filled, errors = self.param_errors(name, params)
-        if errors:
-            raise errors[0]
-        return filled
+        return p.filled_or_first_error(self.param_errors(name, params))
 
     def load(self, name):
         """The code row `name` names, imported now (TensorFlow with it, for most kinds)."""

@@ -403,10 +403,7 @@ def label_column_index(label_column, names, width, path):
 
 def check_params(name, params):
     """`params` for dataset `name` with defaults filled; raises the first problem."""
-    filled, errors = param_errors(name, params)
-    if errors:
-        raise errors[0]
-    return filled
+    return p.filled_or_first_error(param_errors(name, params))
 
 
 def task_kind(name, params=None):

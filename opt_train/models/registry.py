@@ -245,10 +245,7 @@ def param_errors(spec, params):
 
 def check_params(spec, params):
     """`params` for model `spec` with defaults filled (a factory's pass through); raises the first problem."""
-    filled, errors = param_errors(spec, params)
-    if errors:
-        raise errors[0]
-    return filled
+    return p.filled_or_first_error(param_errors(spec, params))
 
 
 def check_task(spec, kind):

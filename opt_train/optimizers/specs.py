@@ -94,10 +94,7 @@ def param_errors(name, params):
 
 def check_params(name, params):
     """`params` renamed to the class's spellings; raises the first problem (a `ParamError`)."""
-    params, errors = param_errors(name, params)
-    if errors:
-        raise errors[0]
-    return params
+    return p.filled_or_first_error(param_errors(name, params))
 
 
 def deferred(value):
