@@ -9,11 +9,16 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO
 
 JOB_TIMEOUT_SECONDS = 900  # far above a normal run; reaching it means a hang
 LAUNCH_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
 HOROVOD_INSTALLED = importlib.util.find_spec("horovod") is not None
+# Skips a test that needs Horovod where it is not installed.
+needs_horovod = pytest.mark.skipif(not HOROVOD_INSTALLED,
+                                   reason="Horovod is not installed (bash scripts/install_horovod.sh)")
 
 
 # Horovod's own `horovodrun` (horovod.runner.launch), with one preflight answered instead of

@@ -1,6 +1,5 @@
 """Under a real `horovodrun` with 2 ranks, every TFRecord record is read once per epoch across the ranks."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -8,14 +7,13 @@ import sys
 import pytest
 
 from tests.data.test_tfrecord import params, write_records
-from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun_argv
+from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun_argv, needs_horovod
 from tests.support import END_WITHOUT_TEARDOWN, REPO, read_json
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.horovod,
-    pytest.mark.skipif(importlib.util.find_spec("horovod") is None,
-                       reason="Horovod is not installed (bash scripts/install_horovod.sh)"),
+    needs_horovod,
 ]
 
 LAYOUTS = {"by_file": 4, "by_record": 1}  # files the 48 records are written to

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,15 +11,12 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_worker as worker
-from tests.processes import horovodrun_argv
+from tests.processes import horovodrun_argv, needs_horovod
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.horovod,
-    pytest.mark.skipif(
-        importlib.util.find_spec("horovod") is None,
-        reason="Horovod is not installed (bash scripts/install_horovod.sh)",
-    ),
+    needs_horovod,
 ]
 
 WORKER = Path(worker.__file__).resolve()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 
 from opt_train.distributed import HorovodUnavailableError, get_backend
+from tests.processes import needs_horovod
 from tests.support import CONFIGS
 
 INSTALL = "bash scripts/install_horovod.sh"
@@ -40,7 +40,7 @@ def test_train_without_horovod_exits_2_naming_the_key_and_the_install_step(no_ho
 
 # `validate --np N` gives train's verdict: without Horovod installed, that is exit 2
 # (tests/config/test_distributed_config.py).
-@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod is not installed")
+@needs_horovod
 @pytest.mark.parametrize("ranks, overrides, global_batch", [
     (2, [], 64),
     (4, [], 128),

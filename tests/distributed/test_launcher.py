@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import signal
@@ -15,13 +14,10 @@ import pytest
 
 from opt_train.distributed.launcher import exit_code
 from opt_train.distributed.worker_process import process_state
-from tests.processes import horovodrun_argv
+from tests.processes import horovodrun_argv, needs_horovod
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl, run_python
 
-horovod = pytest.mark.skipif(
-    importlib.util.find_spec("horovod") is None,
-    reason="Horovod is not installed (bash scripts/install_horovod.sh)",
-)
+horovod = needs_horovod
 JOB_TIMEOUT_SECONDS = 600
 RANK_TIMEOUT = 5
 # From the signal to the launcher's exit: the rank timeout, the healthy rank's own exit

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.processes import HOROVOD_INSTALLED, LAUNCH_ENV
+from tests.processes import LAUNCH_ENV, needs_horovod
 from tests.support import REPO, write_run
 
 pytestmark = pytest.mark.slow
@@ -58,8 +58,7 @@ def _train(config, *extra):
 
 @pytest.mark.parametrize("distributed", [
     "tf",
-    pytest.param("horovod", marks=[pytest.mark.horovod, pytest.mark.skipif(not HOROVOD_INSTALLED,
-                                                                             reason="Horovod not installed")]),
+    pytest.param("horovod", marks=[pytest.mark.horovod, needs_horovod]),
 ])
 def test_a_non_finite_loss_on_one_worker_stops_every_worker_at_that_update(tmp_path, distributed):
     job = _train(_config(tmp_path, distributed), "--np", "2")

@@ -8,7 +8,6 @@ equals an uninterrupted one is tests/e2e/test_restart.py.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -22,6 +21,7 @@ import pytest
 from opt_train.distributed import launcher as launcher_module
 from opt_train.distributed.launcher import Launcher
 from tests.distributed.test_tf_launcher import WORKER, cli_env, config_file, records
+from tests.processes import needs_horovod
 from tests.support import REPO, unlaunched_environ
 
 ENV = unlaunched_environ()
@@ -73,7 +73,7 @@ def test_a_hung_worker_is_restarted_too(tmp_path):
     assert "restart 1 of 1: worker 1 hung: stopped, not answering the other workers" in err, err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod is not installed")
+@needs_horovod
 def test_horovod_ranks_are_restarted_around_a_new_rendezvous(tmp_path):
     code, message, err = launch({1: "kill_before:1"}, tmp_path, max_restarts=1, backend="horovod")
     assert (code, message) == (0, None), err

@@ -9,7 +9,6 @@ worker it starts (the tf.distribute backend itself is tested with the training t
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -27,6 +26,7 @@ from opt_train.distributed import launcher as launcher_module
 from opt_train.distributed.launcher import Launcher
 from opt_train.distributed.worker_process import process_state
 from opt_train.distributed.tf_config_plan import TFConfigPlan
+from tests.processes import needs_horovod
 from tests.support import REPO, unlaunched_environ
 
 HERE = Path(__file__).parent
@@ -208,7 +208,7 @@ def test_np_with_distributed_tf_adds_nothing_to_the_command(tmp_path):
     assert records(tmp_path, 2)[1]["argv"][1:] == ["-m", "opt_train", "train", "--config", str(config)]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod is not installed")
+@needs_horovod
 @pytest.mark.parametrize("config_text", ["distributed: horovod\n", "use_horovod: true\n"])
 def test_np_with_distributed_horovod_starts_horovod_ranks(tmp_path, config_text):
     job, config = run_np(tmp_path, config_text=config_text)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -13,16 +12,13 @@ import numpy as np
 import pytest
 
 from tests.distributed import horovod_train_worker as worker
-from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun, horovodrun_argv
+from tests.processes import JOB_TIMEOUT_SECONDS, LAUNCH_ENV, horovodrun, horovodrun_argv, needs_horovod
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.horovod,
-    pytest.mark.skipif(
-        importlib.util.find_spec("horovod") is None,
-        reason="Horovod is not installed (bash scripts/install_horovod.sh)",
-    ),
+    needs_horovod,
 ]
 
 # This checkout's opt_train (the `opt-train` console script may belong to another install).

@@ -1,16 +1,15 @@
 """scripts/install_horovod.sh: an import that worked is not repeated while Horovod's and TensorFlow's libraries stay the same."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.processes import needs_horovod
 from tests.support import REPO
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("horovod") is None,
-                                reason="Horovod is not installed (bash scripts/install_horovod.sh)")
+pytestmark = needs_horovod
 
 # The interpreter the script runs, with `import horovod.tensorflow` answered and counted
 # instead of made: the rest (the libraries' fingerprint) is the real Python's.
