@@ -104,6 +104,17 @@ def unlaunched_environ(**extra):
     return {**{key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}, **extra}
 
 
+def checkpoint_tensors(logdir):
+    """Every tensor of the run's latest checkpoint by name (weights, slots, lr position, pipeline state),
+    TensorFlow's bookkeeping left out: what an exact resume must give back."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(pathlib.Path(logdir) / "checkpoints")))
+    bookkeeping = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/")
+    names = sorted(n for n in reader.get_variable_to_shape_map() if not n.startswith(bookkeeping))
+    return {name: reader.get_tensor(name) for name in names}
+
+
 def read_json(path):
     return json.loads(pathlib.Path(path).read_text())
 

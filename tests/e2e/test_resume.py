@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import kill_while_saving, read_json
+from tests.support import checkpoint_tensors, kill_while_saving, read_json
 
 # Dropout (RNG state), momentum slots and a decaying lr all have to come back.
 RUN = {
@@ -33,15 +33,6 @@ RUN = {
 pytestmark = pytest.mark.usefixtures("no_export")
 
 
-def _saved_state(logdir):
-    """Every tensor of the latest checkpoint: weights, slots, lr position, pipeline state."""
-    path = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
-    reader = tf.train.load_checkpoint(path)
-    bookkeeping = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/")
-    names = sorted(n for n in reader.get_variable_to_shape_map() if not n.startswith(bookkeeping))
-    return {name: reader.get_tensor(name) for name in names}
-
-
 @pytest.mark.slow  # 22 s measured on 2 loaded cores: three runs
 def test_resumed_run_equals_uninterrupted_run(cli, write_config, tmp_path):
     whole = write_config({**RUN, "max_steps": 30, "logdir": str(tmp_path / "whole")}, "whole.yaml")
@@ -54,7 +45,7 @@ def test_resumed_run_equals_uninterrupted_run(cli, write_config, tmp_path):
     assert result.exit_code == 0, result.output
     assert "resumed from" in result.output
 
-    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    expected, actual = checkpoint_tensors(tmp_path / "whole"), checkpoint_tensors(tmp_path / "legs")
     assert expected.keys() == actual.keys()
     assert sum(name.startswith("model_variables/") for name in expected) == 5  # 4 weights + RNG
     for name in expected:
@@ -68,7 +59,7 @@ def test_random_seed_makes_a_run_reproducible(cli, write_config, tmp_path):
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
         config = write_config({**RUN, "max_steps": 10, "random_seed": seed, "logdir": str(tmp_path / name)}, f"{name}.yaml")
         assert cli("train", "--config", config).exit_code == 0
-        states[name] = _saved_state(tmp_path / name)
+        states[name] = checkpoint_tensors(tmp_path / name)
     for key in states["a"]:
         np.testing.assert_array_equal(states["a"][key], states["b"][key], err_msg=key)
     assert any(not np.array_equal(states["a"][k], states["c"][k]) for k in states["a"])
@@ -145,6 +136,6 @@ def test_a_signalled_run_saves_where_it_stopped_and_resumes_exactly(sent, cli, w
     assert resumed.exit_code == 0, resumed.output
     whole = write_config({**leg, "max_steps": step + 10, "logdir": str(tmp_path / "whole")}, "whole.yaml")
     assert cli("train", "--config", whole).exit_code == 0
-    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    expected, actual = checkpoint_tensors(tmp_path / "whole"), checkpoint_tensors(tmp_path / "legs")
     for name in expected:
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import kill_while_saving, one_error_line
+from tests.support import checkpoint_tensors, kill_while_saving, one_error_line
 from tests.e2e.test_resume import RUN as RESUMED_RUN
 
 # test_resume's run (dropout's RNG state, momentum slots, a decaying rate) with two groups: a second optimizer's
@@ -54,14 +54,6 @@ def test_a_group_taking_no_variable_is_refused_at_its_line_before_the_first_upda
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def _saved_state(logdir):
-    path = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
-    reader = tf.train.load_checkpoint(path)
-    bookkeeping = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/")
-    names = sorted(n for n in reader.get_variable_to_shape_map() if not n.startswith(bookkeeping))
-    return {name: reader.get_tensor(name) for name in names}
-
-
 @pytest.mark.slow  # three runs, one killed: ~20 s on 2 cores
 def test_a_run_killed_and_rerun_equals_an_uninterrupted_run(cli, write_config, tmp_path):
     legs = write_config({**RUN, "max_steps": 100000, "save_checkpoint_steps": 1, "logdir": str(tmp_path / "legs")},
@@ -79,7 +71,7 @@ def test_a_run_killed_and_rerun_equals_an_uninterrupted_run(cli, write_config, t
                          "whole.yaml")
     assert cli("train", "--config", whole).exit_code == 0
 
-    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    expected, actual = checkpoint_tensors(tmp_path / "whole"), checkpoint_tensors(tmp_path / "legs")
     assert expected.keys() == actual.keys()
     # Every group's own slots are in the checkpoint, by shape: Adam's two moments of each bias (16,) and (10,),
     # the head's momentum (16, 10), the other kernel's (64, 16).

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import read_json, read_jsonl
-from tests.e2e.test_resume import RUN, _saved_state
+from tests.e2e.test_resume import RUN
+from tests.support import checkpoint_tensors, read_json, read_jsonl
 
 # Float16 compute with Backoff from 2**24 (OpenSeq2Seq's old default): the first updates overflow, and growing
 # the scale after every 3 finite updates overflows again now and then: skips all along the run.
@@ -57,7 +57,7 @@ def test_a_resumed_run_that_skips_updates_equals_the_uninterrupted_run(cli, writ
     assert result.exit_code == 0, result.output
     assert "resumed from" in result.output
 
-    expected, actual = _saved_state(tmp_path / "whole"), _saved_state(tmp_path / "legs")
+    expected, actual = checkpoint_tensors(tmp_path / "whole"), checkpoint_tensors(tmp_path / "legs")
     assert expected.keys() == actual.keys()
     for name in expected:
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
