@@ -82,8 +82,9 @@ def memory_lines(config):
 
 
 def check_variables(config, paths):
-    """A `ConfigError` where `freeze_variables_regex` leaves no variable to train or freezes none, or an optimizer group takes no
-    variable of the model's `paths`, by the rules `train` applies to the built model (`freezing`, `grouping`)."""
+    """A `ConfigError` where `freeze_variables_regex` leaves no variable to train or freezes none, or an optimizer
+    group takes no variable of the model's `paths`, by the rules `train` applies to the built model (`freezing`,
+    `grouping`)."""
     from opt_train.optimizers import grouping
     from opt_train.optimizers.freezing import check_left_to_train, split_frozen
 
