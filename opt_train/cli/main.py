@@ -108,13 +108,15 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     from opt_train.cli import run_py
 
-    if run_py.is_run_py(argv):
-        # OpenSeq2Seq's `run.py --config_file=x --mode=train ...`: the same run in opt-train's words.
-        try:
-            argv, notes = run_py.translate(argv)
-        except click.UsageError as error:
-            error.show()
-            sys.exit(error.exit_code)
+    # OpenSeq2Seq's `run.py --config_file=x --mode=train ...`, or its flags after `train`: the same
+    # run in opt-train's words.
+    try:
+        translated = run_py.opt_train_words(argv)
+    except click.UsageError as error:
+        error.show()
+        sys.exit(error.exit_code)
+    if translated is not None:
+        argv, notes = translated
         for note in notes:
             click.echo(f"note: {note}", err=True)
     try:

@@ -10,7 +10,8 @@ command line into opt-train's, with one note line for each flag whose meaning di
 
 A migrating user mixes both forms, in either order: opt-train's own options before a command
 (`--config`/`-c`, `--set`/`-s`, `--mode`, `--verbose`) are read here too
-(`--config_file=x.yaml --set max_steps=5`, `--config x.yaml --enable_logs`).
+(`--config_file=x.yaml --set max_steps=5`, `--config x.yaml --enable_logs`), and run.py's flags
+after `train` among its own options (`train --config x.yaml --np 2 --enable_logs`).
 """
 
 from __future__ import annotations
@@ -105,25 +106,21 @@ def _flag_hint(flag):
     return f"; did you mean '{suggestion}'?" if suggestion and suggestion != flag else ""
 
 
-def translate(argv):
-    """`(opt-train argv, notes)` for run.py's `argv`; a flag opt-train cannot honour is a `click.UsageError`.
+class _Reading:
+    """What run.py's flags of one command line say, read one `(flag, value)` pair at a time."""
 
-    The mode defaults to run.py's (train) when `--config_file` names the config, to opt-train's
-    (train_eval) when `--config` does.
-    """
-    if any(arg in ("--help", "-h") for arg in argv):
-        return ["--help"], []
-    configs, mode, benchmark, sets, notes, front = [], None, False, [], [], []
-    bench = {}
-    run_py_config = False
-    for flag, value in _pairs(argv):
+    def __init__(self):
+        self.configs, self.sets, self.notes, self.front, self.bench = [], [], [], [], {}
+        self.mode, self.benchmark, self.run_py_config = None, False, False
+
+    def read(self, flag, value):
         if flag == "--config_file" or flag in CONFIG_FLAGS:
-            configs.append(value)
-            run_py_config = run_py_config or flag == "--config_file"
+            self.configs.append(value)
+            self.run_py_config = self.run_py_config or flag == "--config_file"
         elif flag in SET_FLAGS:
-            sets.append(value)
+            self.sets.append(value)
         elif flag in OWN_SWITCHES:
-            front.append(flag)
+            self.front.append(flag)
         elif flag == "--mode":
             if value not in MODES:
                 raise click.UsageError(f"--mode: has to be one of {', '.join(MODES)} (as run.py). Received: {value!r}")
@@ -133,45 +130,128 @@ def translate(argv):
                 raise click.UsageError("--mode infer: OpenSeq2Seq's model classes decoded their infer data to "
                                        "--infer_output_file; opt-train's is `opt-train predict --config CONFIG "
                                        "--input EXAMPLES.npz --output OUT.npz` (the latest checkpoint in logdir)")
-            mode = value
+            self.mode = value
         elif flag == "--benchmark":
-            benchmark = True
+            self.benchmark = True
         elif flag == "--use_horovod" and value is None:
-            sets.append("use_horovod=true")
+            self.sets.append("use_horovod=true")
         elif flag in ("--bench_steps", "--bench_start"):
-            bench[flag] = value
+            self.bench[flag] = value
         elif flag == "--use_xla_jit":
-            sets.append("jit_compile=true")
-            notes.append(f"{flag}: {NOTES[flag]}")
+            self.sets.append("jit_compile=true")
+            self.notes.append(f"{flag}: {NOTES[flag]}")
         elif flag == "--infer_output_file":
-            notes.append(f"{flag}: used by --mode infer only: ignored")
+            self.notes.append(f"{flag}: used by --mode infer only: ignored")
         elif flag in NOTES:
-            notes.append(f"{flag}: {NOTES[flag]}")
+            self.notes.append(f"{flag}: {NOTES[flag]}")
         elif flag in _train_options():
             raise _train_option_refused(flag)
         else:
             # run.py's override of a base_params scalar: `/` nests, as its nest_dict.
-            sets.append(f"{flag[2:].replace('/', '.')}={value}")
-    if not configs:
+            self.sets.append(f"{flag[2:].replace('/', '.')}={value}")
+
+    def benchmark_sets(self):
+        """run.py's --benchmark: max_steps = --bench_steps (20), timing from --bench_start."""
+        sets = [f"max_steps={self.bench.get('--bench_steps', 20)}", "num_epochs=null"]
+        if "--bench_start" in self.bench:
+            sets.append(f"bench_start={self.bench['--bench_start']}")
+        return sets
+
+    def set_args(self):
+        return [part for item in self.sets for part in ("--set", item)]
+
+
+def opt_train_words(argv):
+    """`(argv, notes)` in opt-train's words for a command line holding run.py's flags (alone, mixed with
+    opt-train's options, or after `train`); None for a command line of opt-train's own."""
+    return translate(argv) if is_run_py(argv) else translate_train(argv)
+
+
+def translate(argv):
+    """`(opt-train argv, notes)` for run.py's `argv`; a flag opt-train cannot honour is a `click.UsageError`.
+
+    The mode defaults to run.py's (train) when `--config_file` names the config, to opt-train's
+    (train_eval) when `--config` does.
+    """
+    if any(arg in ("--help", "-h") for arg in argv):
+        return ["--help"], []
+    reading = _Reading()
+    for flag, value in _pairs(argv):
+        reading.read(flag, value)
+    if not reading.configs:
         raise click.UsageError("--config_file: required (run.py: --config_file=CONFIG; or opt-train's --config CONFIG)")
-    if mode is None:
-        mode = "train" if run_py_config else "train_eval"
-    config_args = [part for config in configs for part in ("--config", config)]
-    if benchmark:
-        # run.py's --benchmark: max_steps = --bench_steps (20), timing from --bench_start.
-        sets.append(f"max_steps={bench.get('--bench_steps', 20)}")
-        sets.append("num_epochs=null")
-        if "--bench_start" in bench:
-            sets.append(f"bench_start={bench['--bench_start']}")
-        command = [*front, "train", *config_args, "--benchmark"]
+    mode = reading.mode or ("train" if reading.run_py_config else "train_eval")
+    config_args = [part for config in reading.configs for part in ("--config", config)]
+    if reading.benchmark:
+        reading.sets += reading.benchmark_sets()
+        command = [*reading.front, "train", *config_args, "--benchmark"]
         if mode == "train":
-            sets.append("eval_steps=null")
+            reading.sets.append("eval_steps=null")
         elif mode == "eval":
             raise click.UsageError("--benchmark times training: give --mode train or train_eval with it")
     else:
-        for flag in bench:
-            notes.append(f"{flag}: used with --benchmark only: ignored")
-        command = [*front, *config_args, "--mode", mode]
-    for item in sets:
-        command += ["--set", item]
-    return command, notes
+        reading.notes += [f"{flag}: used with --benchmark only: ignored" for flag in reading.bench]
+        command = [*reading.front, *config_args, "--mode", mode]
+    return command + reading.set_args(), reading.notes
+
+
+def translate_train(argv):
+    """`(opt-train argv, notes)` for `[--verbose] train ...` with run.py's flags among train's own, else None.
+
+    `opt-train train --config x.yaml --enable_logs --batch_size_per_gpu=64` is read as
+    `opt-train train --config x.yaml --set batch_size_per_gpu=64` with --enable_logs's note, as
+    the form without a command reads them. A word click would not know either (a misspelt
+    option of train's) is left for click to refuse.
+    """
+    at = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
+    if at is None or argv[at] != "train" or any(arg not in OWN_SWITCHES for arg in argv[:at]):
+        return None
+    takes_value = _train_takes_value()
+    own, foreign = [], []
+    args = argv[at + 1:]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, has_value, _ = arg.partition("=")
+        if flag in ("--help", "-h") or flag in takes_value:
+            own.append(arg)
+            if not has_value and takes_value.get(flag) and i + 1 < len(args):
+                own.append(args[i + 1])
+                i += 1
+        elif _is_run_py_flag(flag):
+            foreign.append(arg)
+            if not has_value and flag not in SWITCHES and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                foreign.append(args[i + 1])
+                i += 1
+        else:
+            own.append(arg)
+        i += 1
+    if not foreign:
+        return None
+    reading = _Reading()
+    for flag, value in _pairs(foreign):
+        if flag == "--mode":
+            raise click.UsageError("--mode: only without a command (opt-train --config CONFIG --mode train); "
+                                   "`opt-train train` is --mode train_eval")
+        reading.read(flag, value)
+    if "--benchmark" in own and reading.bench:
+        reading.sets += reading.benchmark_sets()
+    else:
+        reading.notes += [f"{flag}: used with --benchmark only: ignored" for flag in reading.bench]
+    config_args = [part for config in reading.configs for part in ("--config", config)]
+    return [*argv[:at], "train", *config_args, *own, *reading.set_args()], reading.notes
+
+
+def _train_takes_value():
+    """`opt-train train`'s own options (with `--config`/`--set`), each to whether it takes a value."""
+    from opt_train.cli.train import train
+
+    return {opt: not (param.is_flag or param.count) for param in train.params for opt in param.opts}
+
+
+def _is_run_py_flag(flag):
+    """A flag of run.py's own (`--enable_logs`, `--config_file`) or its override of a config key
+    (`--batch_size_per_gpu`, `--optimizer_params/learning_rate`); a misspelt option is click's to refuse."""
+    from opt_train.config.schema import FIELD_NAMES
+
+    return flag in (*SWITCHES, *VALUED, "--config_file", "--mode") or flag[2:].split("/")[0] in FIELD_NAMES

@@ -4,7 +4,7 @@ import click
 import pytest
 import yaml
 
-from opt_train.cli.run_py import is_run_py, translate
+from opt_train.cli.run_py import is_run_py, translate, translate_train
 from tests.support import main_code, read_json, read_jsonl, run_python
 
 RUN = {
@@ -182,6 +182,53 @@ def test_mixed_forms_train_with_every_override(main_here, tmp_path, write_config
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert (saved["max_steps"], saved["optimizer_params"]["momentum"], saved["print_loss_steps"]) == (2, 0.5, 1)
     assert read_json(tmp_path / "run" / "final_metrics.json")["global_step"] == 2
+
+
+# run.py's flags after `opt-train train`, among train's own options (click alone: "No such option").
+AFTER_TRAIN = [
+    (["train", "--config", "x.yaml", "--enable_logs"], ["train", "--config", "x.yaml"]),
+    (["--verbose", "train", "-c", "x.yaml", "--np", "2", "--batch_size_per_gpu=64", "--optimizer_params/momentum", "0.5"],
+     ["--verbose", "train", "-c", "x.yaml", "--np", "2", "--set", "batch_size_per_gpu=64",
+      "--set", "optimizer_params.momentum=0.5"]),
+    (["train", "--config_file=x.yaml", "--use_xla_jit", "--benchmark", "--bench_steps=3", "-s", "iter_size=2"],
+     ["train", "--config", "x.yaml", "--benchmark", "-s", "iter_size=2", "--set", "jit_compile=true",
+      "--set", "max_steps=3", "--set", "num_epochs=null"]),
+]
+
+
+@pytest.mark.parametrize("argv, command", AFTER_TRAIN, ids=[" ".join(argv) for argv, _ in AFTER_TRAIN])
+def test_run_py_flags_after_train_are_read_as_train_s(argv, command):
+    assert translate_train(argv)[0] == command
+
+
+@pytest.mark.parametrize("argv", [["train", "--config", "x.yaml", "--np", "2"], ["validate", "-c", "x.yaml"],
+                                  ["train", "--help"], ["--config", "x.yaml", "train"]])
+def test_train_s_own_command_lines_are_left_to_click(argv):
+    assert translate_train(argv) is None
+
+
+def test_run_py_flags_after_train_train_with_every_override(main_here, tmp_path, write_config):
+    """Failed before: `opt-train train --config x.yaml --enable_logs` was click's "No such option"."""
+    config = write_config(RUN)
+    code, _, stderr = main_here("train", "--config", config, "--enable_logs", "--optimizer_params/momentum=0.5",
+                                "--set", "max_steps=2", "--set", "eval_steps=null")
+    assert code == 0, stderr
+    assert "note: --enable_logs: " in stderr
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (saved["max_steps"], saved["optimizer_params"]["momentum"]) == (2, 0.5)
+    assert read_json(tmp_path / "run" / "final_metrics.json")["global_step"] == 2
+
+
+def test_mode_after_train_is_one_line_exit_2(main_here, write_config):
+    code, _, stderr = main_here("train", "--config", write_config(RUN), "--mode", "eval")
+    assert code == 2 and stderr.strip() == ("Error: --mode: only without a command (opt-train --config CONFIG "
+                                            "--mode train); `opt-train train` is --mode train_eval")
+
+
+def test_a_misspelt_train_option_is_not_read_as_a_run_py_override(main_here, write_config):
+    """Only a config key's name is run.py's override after `train`: click refuses and suggests the option."""
+    code, _, stderr = main_here("train", "--config", write_config(RUN), "--no_resume")
+    assert code == 2 and "--no_resume" in stderr and "'--no-resume'" in stderr and "--set" not in stderr
 
 
 @pytest.mark.parametrize("args, said", [

@@ -97,11 +97,12 @@ def opt_train_argv(command):
 def parse(args):
     """Runs the real CLI's parser over `args` down to the command it names, without invoking it:
     unknown commands or options, missing arguments and bad values raise click's usage errors.
-    OpenSeq2Seq's run.py form (`--config_file=...`) is translated first, as `main()` does."""
+    OpenSeq2Seq's run.py flags (`--config_file=...`) are translated first, as `main()` does."""
     from opt_train.cli import run_py
 
-    if run_py.is_run_py(list(args)):
-        args, _ = run_py.translate(list(args))
+    translated = run_py.opt_train_words(list(args))
+    if translated is not None:
+        args, _ = translated
     command, name, parent = cli, "opt-train", None
     while True:
         ctx = command.make_context(name, list(args), parent=parent)
