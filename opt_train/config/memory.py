@@ -23,7 +23,8 @@ BUILT_BY_CODE = {"factory": "a factory model", "keras_application": "a Keras app
 def model_variables(config):
     """`([(path, shape, dtype)], None)` of the config's built-in model, or `(None, why)` when only building it tells.
 
-    The data's shapes come from its source as `train` reads it (NumPy: a file dataset is read).
+    The data's shapes come from its source as `train` reads it (NumPy: a file dataset is read). A Keras
+    application's images are judged against what the architecture takes (a `ConfigError` at `model`).
     """
     from opt_train.data import check_params as data_params
     from opt_train.data import resolve as resolve_data
@@ -32,17 +33,25 @@ def model_variables(config):
     from opt_train.models import registry as models
     from opt_train.models.size import variable_shapes
 
-    if not isinstance(config.model, str):
-        return None, BUILT_BY_CODE[models.spec_kind(config.model)]
+    kind = models.spec_kind(config.model)
+    if kind not in ("name", "keras_application"):
+        return None, BUILT_BY_CODE[kind]
     if is_factory(config.data):
-        return None, "a data factory"
+        return None, BUILT_BY_CODE.get(kind, "a data factory")
     data = resolve_data(config.data)
     if DATASETS[data].streamed:
-        return None, f"{data} data is read as a stream"
+        return None, BUILT_BY_CODE.get(kind, f"{data} data is read as a stream")
     try:
         task = load_source(data, data_params(data, dict(config.data_params))).task
     except ParamError as error:  # a file that cannot be read as the data: train says the same
         raise ConfigError([config.issue_for("data_params", error)]) from None
+    if kind == "keras_application":
+        # Built by Keras's code, but what it takes of the data is known: train would refuse the same.
+        try:
+            models.application_image(config.model["keras_application"], task)
+        except ParamError as error:
+            raise ConfigError([config.issue_for("model", error)]) from None
+        return None, BUILT_BY_CODE[kind]
     name = models.resolve(config.model)
     shapes = variable_shapes(name, models.check_params(name, dict(config.model_params)), task)
     if shapes is None:

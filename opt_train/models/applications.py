@@ -8,22 +8,9 @@ import warnings
 import keras
 
 from opt_train.errors import ParamError
-from opt_train.models.layers import image_shape, output_head, task_input
-from opt_train.models.registry import APPLICATION_FIXED_PARAMS, IMAGENET
+from opt_train.models.layers import output_head, task_input
+from opt_train.models.registry import APPLICATION_FIXED_PARAMS, IMAGENET, application_image
 from opt_train.suggest import UnknownNameError
-
-
-def application_image_shape(name, task):
-    """(height, width, channels) the architecture sees; ValueError naming `model` when there is none."""
-    shape = tuple(task.input_shape)
-    image = image_shape(task)
-    # A flat input becomes an image only when it holds features, not token ids.
-    if image is None or (len(shape) not in (2, 3) and task.input_dtype != "float32"):
-        raise ParamError.at(
-            "model", "out_of_range",
-            f"`model` {name} needs image inputs (height, width, channels) per example. Received: input_shape={shape}",
-        )
-    return image
 
 
 def _constructor(name):
@@ -64,7 +51,7 @@ def build_application(name, params, task, regularizer=None):
     constructor = _constructor(name)
     params = dict(params or {})
     _check_params(constructor, params)
-    image = application_image_shape(name, task)
+    image = application_image(name, task)
     include_top = bool(params.pop("include_top", False))
     weights = params.pop("weights", None)
     kwargs = {"pooling": "avg", **params, "include_top": include_top, "weights": weights, "input_shape": image}

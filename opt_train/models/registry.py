@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opt_train import params as p
+from opt_train.models.layers import image_shape
 from opt_train.registry import Row, Table
 from opt_train.suggest import Registry, UnknownNameError
 from opt_train.usercode import split_spec
@@ -124,6 +125,10 @@ KERAS_APPLICATIONS = (
     "VGG16", "VGG19", "Xception",
 )
 APPLICATIONS = Registry("keras application", KERAS_APPLICATIONS)
+# The smallest image side each architecture takes, as Keras checks it when it is built (a test
+# holds this to Keras's refusals): 75 and 71 for the Inception family and Xception, 32 for the others.
+APPLICATION_MIN_SIDE = {name: 32 for name in KERAS_APPLICATIONS} | {"InceptionResNetV2": 75, "InceptionV3": 75,
+                                                                   "Xception": 71}
 
 # Set by opt-train from the data, so not the user's to give.
 APPLICATION_FIXED_PARAMS = ("input_shape", "input_tensor", "classes", "classifier_activation")
@@ -159,6 +164,26 @@ def spec_kind(spec):
 def is_factory(spec):
     """True when `spec` names the user's own model: `{"factory": "package.module:function"}`."""
     return spec_kind(spec) == "factory"
+
+
+def application_image(name, task):
+    """(height, width, channels) application `name` sees for `task`; a ParamError at `model` when the inputs
+    are not images, or are smaller than the architecture takes (in Keras's words), TF-free so that
+    `validate` says it too."""
+    shape = tuple(task.input_shape)
+    image = image_shape(task)
+    # A flat input becomes an image only when it holds features, not token ids.
+    if image is None or (len(shape) not in (2, 3) and task.input_dtype != "float32"):
+        raise p.ParamError.at(
+            "model", "out_of_range",
+            f"`model` {name} needs image inputs (height, width, channels) per example. Received: input_shape={shape}",
+        )
+    side = APPLICATION_MIN_SIDE[name]
+    if min(image[:2]) < side:
+        raise p.ParamError.at(
+            "model", "out_of_range", f"`model` {name} cannot take this data's images {image}: Input size must be "
+            f"at least {side}x{side}; Received: input_shape={image}")
+    return image
 
 
 def resolve_application(name):

@@ -231,3 +231,21 @@ def test_validate_and_train_refuse_missing_files_and_user_code_alike(cli, write_
     assert verdicts["validate"] == verdicts["train"] == [(key, code)], verdicts
     if code == "file_not_found":  # the message names the path as resolved, in the config's folder
         assert str(tmp_path) in result.output
+
+
+def test_images_smaller_than_a_keras_application_takes_are_refused_by_both_in_keras_s_words(cli, write_config):
+    """Failed before: validate passed MobileNetV2 on 8x8 digits; train refused it only once TensorFlow started."""
+    import keras
+
+    config = write_config({**BASE, "model": {"keras_application": "MobileNetV2"}, "model_params": {},
+                           "data": "digits", "data_params": {}})
+    errors = {}
+    for command in ("validate", "train"):
+        result = cli(command, "--config", config)
+        assert result.exit_code == 2 and "Traceback" not in result.output, (command, result.output)
+        [errors[command]] = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert errors["validate"] == errors["train"]
+    assert issues_in(errors["validate"]) == [("model", "out_of_range")]
+    with pytest.raises(ValueError) as refused:
+        keras.applications.MobileNetV2(input_shape=(8, 8, 1), weights=None, include_top=False)
+    assert str(refused.value).splitlines()[0] in errors["validate"]

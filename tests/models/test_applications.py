@@ -1,5 +1,6 @@
 """`model: {keras_application: Name}`: any keras.applications architecture, untrained, shaped by the data."""
 
+import re
 import textwrap
 
 import keras
@@ -9,7 +10,7 @@ import pytest
 from opt_train.config import ConfigError, load_config
 from opt_train.data.task import Task
 from opt_train.models import build_model
-from opt_train.models.registry import KERAS_APPLICATIONS
+from opt_train.models.registry import APPLICATION_MIN_SIDE, KERAS_APPLICATIONS
 from tests.support import read_json
 
 IMAGES = Task("classification", (32, 32, 3), 5, num_classes=5, image_shape=(32, 32, 3))
@@ -19,6 +20,17 @@ SMALL_MOBILENET = {"alpha": 0.25}
 def test_the_validated_names_are_exactly_keras_applications():
     constructors = {n for n in dir(keras.applications) if n[:1].isupper() and callable(getattr(keras.applications, n))}
     assert set(KERAS_APPLICATIONS) == constructors
+
+
+def test_the_smallest_image_side_of_each_application_is_the_one_keras_checks():
+    """`APPLICATION_MIN_SIDE` (TF-free, for `validate`) against Keras's own refusal of 8x8 images, which
+    names the architecture's smallest side before it builds anything."""
+    said = {}
+    for name in KERAS_APPLICATIONS:
+        with pytest.raises(ValueError) as refused:
+            getattr(keras.applications, name)(input_shape=(8, 8, 3), weights=None, include_top=False)
+        said[name] = int(re.match(r"Input size must be at least (\d+)x\1;", str(refused.value))[1])
+    assert APPLICATION_MIN_SIDE == said
 
 
 def _load(tmp_path, text):
