@@ -1,6 +1,7 @@
 """Reads two epochs of a `tfrecord` dataset on one Horovod rank and saves the example ids it saw.
 
-Launched by tests/data/test_tfrecord_horovod.py as
+Run on each rank of tests/distributed/test_horovod_backend.py's horovodrun job, before its
+collectives (tests/distributed/horovod_worker.py), or alone as
 `horovodrun -np 2 -H localhost:2 --gloo python tfrecord_rank_worker.py PARAMS_JSON OUTDIR`.
 """
 

@@ -1,8 +1,9 @@
 """One rank of the Horovod backend tests: runs the collectives and saves what each rank saw.
 
 Launched by tests/distributed/test_horovod_backend.py as
-`horovodrun -np 2 -H localhost:2 --gloo python horovod_worker.py CASE OUTDIR`
-(CASE `collectives_then_killed_rank`: the collectives, then a rank dies).
+`horovodrun -np 2 -H localhost:2 --gloo python horovod_worker.py CASE OUTDIR [PARAMS_JSON FOLDER]...`
+(CASE `records_collectives_then_killed_rank`: each TFRecord layout read as
+tests/data/tfrecord_rank_worker.py reads it, the collectives, then a rank dies).
 The inputs of each rank come from the NumPy functions below, so the test can compute
 the expected result itself; TensorFlow and Horovod are imported only in the worker.
 """
@@ -158,9 +159,20 @@ def run_collectives_then_killed_rank(outdir):
     run_killed_rank(outdir)
 
 
+def run_records_collectives_then_killed_rank(outdir, *layouts):
+    """The TFRecord reading of each (params file, folder) pair in `layouts` first, then as
+    `run_collectives_then_killed_rank`: one launch, one TensorFlow import per rank for all."""
+    from tests.data.tfrecord_rank_worker import main as read_records
+
+    for params_path, folder in zip(layouts[::2], layouts[1::2]):
+        read_records(params_path, folder)
+    run_collectives_then_killed_rank(outdir)
+
+
 CASES = {"collectives": run_collectives, "killed_rank": run_killed_rank,
-         "collectives_then_killed_rank": run_collectives_then_killed_rank}
+         "collectives_then_killed_rank": run_collectives_then_killed_rank,
+         "records_collectives_then_killed_rank": run_records_collectives_then_killed_rank}
 
 if __name__ == "__main__":
     quiet.import_tensorflow()  # as a command imports it: Keras without its optional bridges
-    CASES[sys.argv[1]](sys.argv[2])
+    CASES[sys.argv[1]](*sys.argv[2:])

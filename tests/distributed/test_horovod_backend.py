@@ -1,7 +1,12 @@
-"""HorovodBackend on two CPU ranks (horovodrun --gloo), checked against NumPy."""
+"""HorovodBackend on two CPU ranks (horovodrun --gloo), checked against NumPy; and the TFRecord shards its ranks read.
+
+One horovodrun job: each rank first reads two epochs of a `tfrecord` dataset in two layouts
+(tests/data/tfrecord_rank_worker.py), then runs every collective, then rank 1 dies.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.data.test_tfrecord import params, write_records
 from tests.distributed import horovod_worker as worker
 from tests.processes import horovodrun_argv, needs_horovod
+from tests.support import read_json
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,12 +40,28 @@ def run_job(num_ranks, *args, extra_env=None):
     )
 
 
+LAYOUTS = {"by_file": 4, "by_record": 1}  # files the 48 records are written to
+
+
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    """One job on 2 ranks: every collective once, each rank's results saved; then rank 1 dies mid-run
-    while rank 0 keeps calling collectives. Returns (the finished horovodrun, its output folder)."""
+def layouts(tmp_path_factory):
+    """{layout: folder}: the records of each layout (and its params.json), read by the job's ranks."""
+    folders = {}
+    for name, files in LAYOUTS.items():
+        folder = folders[name] = tmp_path_factory.mktemp(name)
+        write_records(folder, files=files, per_file=48 // files)
+        (folder / "params.json").write_text(json.dumps(params(folder)))
+    return folders
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, layouts):
+    """One job on 2 ranks: each layout's records read, every collective once, each rank's results saved;
+    then rank 1 dies mid-run while rank 0 keeps calling collectives. Returns (the finished horovodrun,
+    its output folder)."""
     outdir = tmp_path_factory.mktemp("horovod_collectives")
-    return run_job(2, str(WORKER), "collectives_then_killed_rank", str(outdir)), outdir
+    arguments = [str(path) for folder in layouts.values() for path in (folder / "params.json", folder)]
+    return run_job(2, str(WORKER), "records_collectives_then_killed_rank", str(outdir), *arguments), outdir
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +158,17 @@ def test_killed_rank_ends_the_job_with_an_error(job):
     # horovodrun ends the surviving rank and names the one that failed first.
     assert "Exit code: 3" in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
     assert not list(outdir.glob("survived_rank*.npz"))
+
+
+# -- the TFRecord data on the ranks (HorovodBackend's rank and size choose each one's shard) --
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_two_ranks_read_every_record_once_per_epoch(job, layouts, layout):
+    done, _ = job
+    assert all((layouts[layout] / f"rank{r}.json").exists() for r in RANKS), done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [read_json(layouts[layout] / f"rank{r}.json") for r in RANKS]
+    assert all(r["size"] == 2 and r["steps_per_epoch"] == 6 for r in ranks)
+    for epoch in (0, 1):
+        seen = [i for r in ranks for i in r["ids"][epoch * 24:(epoch + 1) * 24]]
+        assert sorted(seen) == list(range(48)), f"epoch {epoch}"

@@ -146,13 +146,13 @@ def _wait_for_training(job, logdir, step=10):
     raise AssertionError("training did not start: " + (job.communicate()[0] or "")[-3000:])
 
 
+# A dead rank (SIGKILL) is this hung one's end too (the launcher kills it after the timeout, and
+# rank 0 then meets a lost peer); the launcher's verdict on a killed worker is the same Launcher's
+# on real tf.distribute workers (tests/e2e/test_tf_launch.py, the killed-and-run-again test) and
+# on stand-in ranks (TestVerdicts.test_a_killed_rank_is_named_and_the_others_are_ended).
 @pytest.mark.slow
 @horovod
-@pytest.mark.parametrize("sig, words", [
-    (signal.SIGSTOP, "rank 1 hung"),
-    (signal.SIGKILL, "rank 1 failed (killed by SIGKILL)"),
-])
-def test_a_hung_or_dead_rank_ends_the_job_within_the_timeout_naming_it(tmp_path, sig, words):
+def test_a_hung_rank_ends_the_job_within_the_timeout_naming_it(tmp_path):
     logdir = tmp_path / "run"
     job = _start(logdir, "--set", "max_steps=100000", "--set", "save_checkpoint_steps=null",
                  "--set", f"rank_timeout_secs={RANK_TIMEOUT}")
@@ -160,7 +160,7 @@ def test_a_hung_or_dead_rank_ends_the_job_within_the_timeout_naming_it(tmp_path,
         _wait_for_training(job, logdir)
         pid = rank_pid(1, str(logdir))
         assert pid is not None, "rank 1's process not found"
-        os.kill(pid, sig)
+        os.kill(pid, signal.SIGSTOP)
         signalled = time.monotonic()
         output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
         ended = time.monotonic()
@@ -168,31 +168,16 @@ def test_a_hung_or_dead_rank_ends_the_job_within_the_timeout_naming_it(tmp_path,
         job.kill()
     assert job.returncode == 1, output[-3000:]
     last = output.strip().splitlines()[-1]
-    assert last.startswith("Error: ") and words in last, output[-3000:]
+    assert last.startswith("Error: ") and "rank 1 hung" in last, output[-3000:]
     assert "Traceback" not in output, output[-6000:]
     # Before, a stopped rank ended the job after Gloo's fixed 30 s (~42 s in all), naming rank 0.
     assert ended - signalled < END_BOUND, output[-3000:]
 
 
-@pytest.mark.slow
-@horovod
-def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
-    import tensorflow as tf
-
-    logdir = tmp_path / "run"
-    job = _start(logdir, "--set", "max_steps=100000", "--set", "save_checkpoint_steps=100000")
-    try:
-        _wait_for_training(job, logdir)
-        job.send_signal(signal.SIGTERM)
-        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
-    finally:
-        job.kill()
-    assert job.returncode == 143, output[-3000:]
-    last = read_jsonl(logdir / "metrics.jsonl")[-1]
-    assert last["interrupted"] == "SIGTERM", output[-3000:]
-    saved = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
-    assert saved is not None and saved.endswith(f"ckpt-{last['step']}")
-    assert "Traceback" not in output and "Error:" not in output
+# SIGTERM to the launcher: the same Launcher passes it to each worker once (TestVerdicts, on
+# stand-in ranks) and exits 143 with a checkpoint at the stop, shown on real tf.distribute workers
+# (tests/e2e/test_tf_launch.py); real Horovod ranks stopping together on it with a checkpoint there:
+# tests/e2e/test_horovod_runs.py (a SIGTERM to one rank).
 
 
 # -- under horovodrun --------------------------------------------------------------------
@@ -262,7 +247,7 @@ def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path):
                 break
         ranks = [rank_pid(rank, str(logdir)) for rank in (0, 1)]
         assert None not in ranks
-        time.sleep(3)  # into the updates
+        time.sleep(1)  # into the first update (a signal before it is taken at the same boundary)
         job.kill()
         job.wait()
         deadline = time.monotonic() + 300  # far less than the 10^7 updates asked for

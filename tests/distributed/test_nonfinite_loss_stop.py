@@ -3,7 +3,7 @@
 Each process's loss is its own (the loop reduces it only where it reports it), so the
 verdict on it must be asked of every process. Before, under Horovod, the rank whose
 loss overflowed stopped alone, and the job ended blaming the healthy rank for a broken
-connection. Real processes through `opt-train train --np 2`, for both backends. The
+connection. Real processes through `opt-train train --np 2`, tf.distribute workers. The
 model overflows at its 5th training call, so one process stops at update 5 too
 (tests/training/test_metrics.py holds one process to `on_nonfinite: stop`).
 """
@@ -15,13 +15,12 @@ import sys
 
 import pytest
 
-from tests.processes import LAUNCH_ENV, needs_horovod
+from tests.processes import LAUNCH_ENV
 from tests.support import REPO, write_run
 
 pytestmark = pytest.mark.slow
 
 STOP_LINE = "stopped at step 5: the loss is not finite (on_nonfinite: stop)"
-NOUN = {"tf": "worker", "horovod": "rank"}
 
 
 def _config(tmp_path, distributed):
@@ -56,16 +55,16 @@ def _train(config, *extra):
     )
 
 
-@pytest.mark.parametrize("distributed", [
-    "tf",
-    pytest.param("horovod", marks=[pytest.mark.horovod, needs_horovod]),
-])
-def test_a_non_finite_loss_on_one_worker_stops_every_worker_at_that_update(tmp_path, distributed):
-    job = _train(_config(tmp_path, distributed), "--np", "2")
+# One backend: the verdict is the loop's (training/stops.py asks every process through
+# `Backend.allreduce_scalar`, op max), the same for Horovod ranks, whose allreduce_scalar is held to
+# every rank's values in tests/distributed/test_horovod_backend.py and
+# tests/e2e/test_equal_to_one_process.py (test_a_number_reduced_across_processes_is_every_processs).
+def test_a_non_finite_loss_on_one_worker_stops_every_worker_at_that_update(tmp_path):
+    job = _train(_config(tmp_path, "tf"), "--np", "2")
     output = job.stdout + job.stderr
     assert job.returncode == 1, output
     lines = output.splitlines()
     # The chief's line as it is, the other worker's behind its name: both stopped, for the loss.
     assert f"Error: {STOP_LINE}" in lines, output
-    assert f"[{NOUN[distributed]} 1] Error: {STOP_LINE}" in lines, output
+    assert f"[worker 1] Error: {STOP_LINE}" in lines, output
     assert "another" not in output, output  # no worker blamed for a broken connection

@@ -9,16 +9,18 @@ neither SIGTERM nor SIGINT, and only SIGKILL ended it).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from opt_train.distributed.cluster import Cluster
-from opt_train.distributed.startup import wait_for_workers
-from opt_train.errors import TrainingFailed
+from opt_train.distributed.startup import stop_on_signals, wait_for_workers
+from opt_train.errors import Interrupted, TrainingFailed
 from tests.processes import HOROVOD_INSTALLED, free_ports
 from tests.support import REPO, unlaunched_environ, write_run
 
@@ -82,6 +84,28 @@ def test_worker_0s_port_is_free_again_for_tensorflow():
         pass
 
 
+# The handler of both waits (a TF_CONFIG worker's, a Horovod rank's): each signal's code and line,
+# for each noun, in this process; a real lone worker takes SIGTERM below.
+@pytest.mark.parametrize("name, number, line", [
+    ("worker 0", signal.SIGINT, "worker 0: interrupted by SIGINT while waiting for the other workers to start"),
+    ("rank 0", signal.SIGTERM, "rank 0: interrupted by SIGTERM while waiting for the other ranks to start"),
+])
+def test_a_signal_while_the_workers_meet_is_an_interrupt_naming_it(name, number, line):
+    assert threading.current_thread() is threading.main_thread()  # where a process takes its signals
+    # SIGINT as a process started from a terminal has it (Python's own handler, not SIG_IGN).
+    previous = signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            with stop_on_signals(name):
+                os.kill(os.getpid(), number)
+                time.sleep(HANG_SECONDS)  # the handler raises inside the wait
+        assert signal.getsignal(number) in (signal.default_int_handler, signal.SIG_DFL)  # given back
+    finally:
+        signal.signal(number, previous)
+    assert stopped.value.exit_code == 128 + number
+    assert str(stopped.value) == f"{line}: nothing trained, nothing saved"
+
+
 # -- opt-train train as a lone worker, a real process -------------------------------------------
 
 
@@ -119,9 +143,11 @@ def test_a_lone_worker_ends_after_startup_timeout_secs_naming_the_worker_that_ne
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+# SIGINT goes to the same handler as SIGTERM (stop_on_signals): its own code and line are
+# checked in this process (test_a_signal_while_the_workers_meet_is_an_interrupt_naming_it).
 @pytest.mark.slow
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_ends_a_lone_worker_while_it_waits(tmp_path, number):
+def test_a_signal_ends_a_lone_worker_while_it_waits(tmp_path):
+    number = signal.SIGTERM
     process, missing = lone_worker(tmp_path, 3600)
     # Its line says it waits: the signal lands in the wait, not in the TensorFlow import.
     line = process.stdout.readline()
@@ -170,14 +196,7 @@ def test_a_lone_horovod_rank_ends_after_startup_timeout_secs_naming_the_rank_tha
     assert "rank 0 of 2: waiting for rank 1 to start, at most 3 s (startup_timeout_secs)" in out
 
 
-@pytest.mark.slow
-@pytest.mark.horovod
-def test_sigterm_ends_a_lone_horovod_rank_while_it_waits(lone_rank):
-    process = lone_rank(3600)
-    line = process.stdout.readline()
-    assert "rank 0 of 2: waiting for rank 1" in line, line
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=HANG_SECONDS)
-    assert process.returncode == 143, out + err
-    assert err.strip().splitlines()[-1] == (
-        "rank 0: interrupted by SIGTERM while waiting for the other ranks to start: nothing trained, nothing saved")
+# SIGTERM while a lone Horovod rank waits: the same stop_on_signals handler as a TF_CONFIG
+# worker's (test_a_signal_ends_a_lone_worker_while_it_waits, a real process), its "rank 0" line
+# in test_a_signal_while_the_workers_meet_is_an_interrupt_naming_it; the Horovod wait itself is
+# the test above.

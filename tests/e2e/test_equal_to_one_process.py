@@ -19,9 +19,9 @@ from tests.support import read_json, read_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed-equal")]
 
-TOLERANCE = 1e-5  # weights after 24 updates
+TOLERANCE = 1e-5  # weights after worker.STEPS (8) updates
 # float16 sums a batch of 16 and one of 32 in different orders: a float16 rounding step
-# (~1e-3 relative) on gradients, up to a few 1e-4 on weights and slots after 24 updates.
+# (~1e-3 relative) on gradients, up to a few 1e-4 on weights and slots after 24 updates (8 here).
 MIXED_TOLERANCE = 1e-3
 LOSS_TOLERANCE = 1e-4  # reported losses
 # What a checkpoint must agree on between runs; the pipeline's own state (e.g. the
@@ -32,7 +32,8 @@ BACKENDS = ("horovod", "replicas", "workers")
 
 def runs_of(backend):
     """The runs each backend trains: hand-started workers leave XLA and mixed precision to the
-    replicas, which run the same cross-replica stages (suite time: each worker run is two processes)."""
+    replicas, which run the same cross-replica stages (suite time: each worker run is two processes);
+    Horovod leaves iter_size and optimizer groups, its pipeline's as in one process, to them (see worker.TF_ONLY)."""
     if backend == "horovod":
         return worker.HOROVOD_RUNS
     if backend == "workers":

@@ -56,41 +56,51 @@ def test_the_skipped_update_does_not_count_toward_max_steps_on_any_rank(horovod_
     assert reader.get_tensor("micro_batches/.ATTRIBUTES/VARIABLE_VALUE") == worker.STEPS + 1
 
 
-def test_cli_launch_writes_on_rank_0_only(tmp_path):
-    logdir = tmp_path / "run"
+# One `--benchmark` launch for two claims (a benchmark trains as any run does, without
+# checkpoints, evaluations and summaries in its timed updates): rank 0 alone writes and
+# reports, and the benchmark's figures are both ranks' together. Rank 0 writing the
+# checkpoints and evaluations of a run on 2 ranks: tests/distributed/test_launcher.py's sweep.
+MAX_STEPS = 20
+BENCH_START = 10  # the warm-up updates, untimed
+
+
+@pytest.fixture(scope="module")
+def benchmark_launch(tmp_path_factory):
+    """`horovodrun ... opt-train train --benchmark` of configs/horovod.yaml: (the finished job, its logdir)."""
+    logdir = tmp_path_factory.mktemp("benchmark") / "run"
     job = horovodrun(
-        *OPT_TRAIN, "train", "--config", str(CONFIGS / "horovod.yaml"),
-        "--set", "max_steps=20", "--set", "print_loss_steps=5", "--set", "eval_steps=10",
-        "--set", "save_checkpoint_steps=10", "--set", f"logdir={logdir}",
+        *OPT_TRAIN, "train", "--config", str(CONFIGS / "horovod.yaml"), "--benchmark",
+        "--set", f"max_steps={MAX_STEPS}", "--set", f"bench_start={BENCH_START}", "--set", "print_loss_steps=5",
+        "--set", f"logdir={logdir}",
     )
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-5000:]
-    assert read_json(logdir / "final_metrics.json")["global_step"] == 20
+    return job, logdir
+
+
+def test_cli_launch_writes_on_rank_0_only(benchmark_launch):
+    job, logdir = benchmark_launch
+    assert read_json(logdir / "final_metrics.json")["global_step"] == MAX_STEPS
     steps = [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r]
     assert steps == [5, 10, 15, 20]  # one writer: no line twice
     assert "global batch 64" in job.stdout + job.stderr
     # Progress comes from rank 0 alone; rank 1's own log says which rank it is, and its own end.
     rank_1 = [line.split(":", 1)[1] for line in job.stdout.splitlines() if line.startswith("[1]<stdout>:")]
     assert len(rank_1) == 2 and rank_1[0].startswith("rank 1 of 2: global batch 64 = 2 ranks x 1 replica")
-    assert rank_1[1].startswith("done: step 20 (rank 1 of 2)"), rank_1
+    assert rank_1[1].startswith(f"done: step {MAX_STEPS} (rank 1 of 2)"), rank_1
 
 
-def test_benchmark_sums_samples_per_second_over_ranks(tmp_path):
+def test_benchmark_sums_samples_per_second_over_ranks(benchmark_launch):
     """`--benchmark` under 2 ranks: the samples timed and the samples/s are both ranks' together.
 
     Nothing here depends on how loaded the machine is: the samples counted are fixed
     by the config, and a sum of two positive rates exceeds rank 0's own rate (the
     timing ratio itself is the benchmark harness's business).
     """
-    logdir = tmp_path / "run"
-    job = horovodrun(
-        *OPT_TRAIN, "train", "--config", str(CONFIGS / "horovod.yaml"), "--benchmark",
-        "--set", "max_steps=60", "--set", f"logdir={logdir}",
-    )
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-5000:]
+    job, logdir = benchmark_launch
     final = read_json(logdir / "final_metrics.json")
     rank_0_rate = 32 / final["benchmark/time_per_step"]  # batch_size_per_gpu in configs/horovod.yaml
-    assert final["benchmark/updates_timed"] == 60 - 10
-    assert final["benchmark/samples_timed"] == (60 - 10) * 32 * 2
+    assert final["benchmark/updates_timed"] == MAX_STEPS - BENCH_START
+    assert final["benchmark/samples_timed"] == (MAX_STEPS - BENCH_START) * 32 * 2
     assert final["benchmark/samples_per_sec"] > rank_0_rate
     assert "benchmark:" in job.stdout
 

@@ -1,8 +1,8 @@
 """`opt-train train --np 2` end to end on the tf.distribute backend: real training workers, one TF_CONFIG each.
 
 2 workers equal one process on the doubled batch, also once one was killed and the job run
-again; a SIGKILLed or SIGSTOPped worker ends the job naming it; SIGTERM to the launcher stops
-every worker at one update with a checkpoint there. Skipped until the tf backend (`opt_train/distributed/tfdist.py`) is in
+again; a SIGKILLed worker ends the job naming it; SIGTERM to the launcher stops every worker at
+one update with a checkpoint there. Skipped until the tf backend (`opt_train/distributed/tfdist.py`) is in
 this checkout. The one-process references train in this process (`cli`): what they are
 compared on is what they wrote, not how their process was started.
 """
@@ -127,20 +127,10 @@ def assert_ended_naming(job, output, logdir, words):
     assert worker_pid(0, str(logdir)) is None and worker_pid(1, str(logdir)) is None
 
 
-# A dead (SIGKILLed) worker: the first run of
-# test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the_doubled_batch
-# is ended that way, and that test asserts the same of it.
-def test_a_hung_worker_ends_the_job_naming_it(tmp_path):
-    job, logdir = start_long_run(tmp_path, "--set", "save_checkpoint_steps=null",
-                                 "--set", f"rank_timeout_secs={RANK_TIMEOUT}")
-    try:
-        pid = worker_pid(1, str(logdir))
-        assert pid is not None, "worker 1's process not found"
-        os.kill(pid, signal.SIGSTOP)
-        output, _ = job.communicate(timeout=JOB_TIMEOUT_SECONDS)
-    finally:
-        job.kill()
-    assert_ended_naming(job, output, logdir, "worker 1 hung: stopped, not answering the other workers")
+# A hung (SIGSTOPped) worker: the launcher's verdict on it (Launcher._watch, the same for both
+# backends) is shown on real Horovod ranks (tests/distributed/test_launcher.py, a hung rank named
+# within the timeout) and on stand-in tf workers (tests/distributed/test_tf_launcher.py); a worker's
+# side of a peer the launcher then kills is the SIGKILL of the killed-and-run-again test below.
 
 
 def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path):
@@ -170,7 +160,7 @@ def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the
     (the losses up to the kill are the first, uninterrupted launch's)."""
     config = config_file(tmp_path)
     logdir = tmp_path / "run"
-    settings = ["--set", "max_steps=300", "--set", "save_checkpoint_steps=40", "--set", "print_loss_steps=20",
+    settings = ["--set", "max_steps=200", "--set", "save_checkpoint_steps=20", "--set", "print_loss_steps=20",
                 "--set", "save_summaries_steps=null", "--set", f"rank_timeout_secs={RANK_TIMEOUT}"]
     argv = opt_train("train", "--np", 2, "--config", config, *settings, "--set", f"logdir={logdir}")
     job = subprocess.Popen(argv, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -178,7 +168,7 @@ def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the
         deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
         records = logdir / "metrics.jsonl"
         while time.monotonic() < deadline and job.poll() is None:
-            if records.exists() and any(record.get("step", 0) >= 60 for record in read_jsonl(records)):
+            if records.exists() and any(record.get("step", 0) >= 40 for record in read_jsonl(records)):
                 break
             time.sleep(0.1)
         pid = worker_pid(1, str(logdir))
@@ -191,7 +181,7 @@ def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the
     assert "global batch 32" in output
     assert "[worker 1] step" not in output  # progress from worker 0 alone
     killed_at = max(record.get("step", 0) for record in read_jsonl(logdir / "metrics.jsonl"))
-    assert killed_at < 300, "the kill came after the end"
+    assert killed_at < 200, "the kill came after the end"
 
     again, output = run(argv)
     assert again.returncode == 0, output[-4000:]
@@ -201,5 +191,5 @@ def test_two_workers_killed_and_run_again_equal_one_uninterrupted_process_on_the
     one = cli("train", "--config", config, *settings, "--set", "batch_size_per_gpu=32",
               "--set", f"logdir={tmp_path / 'one'}")
     assert one.exit_code == 0, one.output[-4000:]
-    assert read_json(logdir / "final_metrics.json")["global_step"] == 300
-    assert_equal_runs(logdir, tmp_path / "one", range(20, 301, 20))
+    assert read_json(logdir / "final_metrics.json")["global_step"] == 200
+    assert_equal_runs(logdir, tmp_path / "one", range(20, 201, 20))
