@@ -1,5 +1,7 @@
-"""OpenSeq2Seq configs, transcribed: literal YAML validates and trains (or builds, beside a trained config of the
-same kinds); `convert` of the .py gives the same run."""
+"""OpenSeq2Seq configs, transcribed: literal YAML validates and trains; `convert` of the .py gives the same run.
+
+A config that differs from a trained one only in numbers is built, not trained (TRAINED_AS names which).
+"""
 
 import math
 import re
