@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from opt_train.optimizers.pipeline import get_regularization_loss, optimize_loss
 
-MICRO, K, UPDATES = 4, 4, 20
+MICRO, K, UPDATES = 4, 4, 8
 
 
 def make_problem(seed=0):
