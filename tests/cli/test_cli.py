@@ -56,24 +56,47 @@ def test_errors_found_while_building_are_located_like_load_errors(cli, write_con
     assert f"{config}:" in result.output and expected in result.output, result.output
 
 
+MLP_DIGITS = {"model": "mlp", "model_params": {"hidden_units": [32]}, "data": "digits", "max_steps": 20,
+              "batch_size_per_gpu": 16, **TINY}
+
+
+@pytest.fixture(scope="module")
+def mlp_digits_run(tmp_path_factory):
+    """`(config, folder)`: MLP_DIGITS trained through the CLI once for the module, into folder/run."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli as group
+    from tests.support import write_run
+
+    folder = tmp_path_factory.mktemp("mlp_digits")
+    config = write_run(folder, MLP_DIGITS)
+    result = CliRunner().invoke(group, ["train", "--config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return config, folder
+
+
 @pytest.mark.parametrize(
     "model, data, model_params, metric",
     [
-        ("mlp", "digits", {"hidden_units": [32]}, "eval/accuracy"),
+        ("mlp", "digits", {"hidden_units": [32]}, "eval/accuracy"),  # the module's run (MLP_DIGITS)
         ("cnn", "digits", {"filters": [4], "dense_units": 16}, "eval/accuracy"),
         pytest.param("transformer", "reversal", {"d_model": 16, "num_heads": 2, "num_layers": 1, "ff_dim": 32},
                      "eval/perplexity", marks=pytest.mark.slow),  # 33 s measured on 2 loaded cores
         ("mlp", "synthetic_regression", {"hidden_units": [16]}, "eval/mse"),
     ],
 )
-def test_train_end_to_end_per_model(cli, write_config, tmp_path, model, data, model_params, metric):
-    config = write_config(
-        {"model": model, "model_params": model_params, "data": data, "max_steps": 20,
-         "batch_size_per_gpu": 16, **TINY}
-    )
-    result = cli("train", "--config", config)
-    assert result.exit_code == 0, result.output
-    run = tmp_path / "run"
+def test_train_end_to_end_per_model(cli, write_config, tmp_path, request, model, data, model_params, metric):
+    if (model, data) == ("mlp", "digits"):
+        config, folder = request.getfixturevalue("mlp_digits_run")
+        run = folder / "run"
+    else:
+        config = write_config(
+            {"model": model, "model_params": model_params, "data": data, "max_steps": 20,
+             "batch_size_per_gpu": 16, **TINY}
+        )
+        result = cli("train", "--config", config)
+        assert result.exit_code == 0, result.output
+        run = tmp_path / "run"
     final = read_json(run / "final_metrics.json")
     assert final["global_step"] == 20
     assert metric in final
@@ -106,15 +129,14 @@ def test_list_shows_every_name_with_parameters_and_defaults(cli):
 
 
 @pytest.mark.slow  # 24 s measured on 2 loaded cores
-def test_benchmark_times_training_alone_from_a_fresh_start(cli, write_config, tmp_path):
-    config = write_config({"max_steps": 30, "batch_size_per_gpu": 16, **TINY})
-    assert cli("train", "--config", config).exit_code == 0  # leaves checkpoints behind
+def test_benchmark_times_training_alone_from_a_fresh_start(cli, mlp_digits_run):
+    config, folder = mlp_digits_run  # a trained run: it leaves checkpoints behind
     result = cli("train", "--config", config, "--benchmark")
     assert result.exit_code == 0, result.output
     assert "resumed" not in result.output
     assert "benchmark:" in result.output and "ms/step" in result.output
     # The trained run is left alone: the benchmark runs in a fresh folder beside it.
-    assert "benchmark/updates_timed" not in read_json(tmp_path / "run" / "final_metrics.json")
-    final = read_json(tmp_path / "run-2" / "final_metrics.json")
-    assert final["benchmark/updates_timed"] == 30 - 6  # warm-up: max_steps // 5
+    assert "benchmark/updates_timed" not in read_json(folder / "run" / "final_metrics.json")
+    final = read_json(folder / "run-2" / "final_metrics.json")
+    assert final["benchmark/updates_timed"] == 20 - 4  # warm-up: max_steps // 5
     assert final["benchmark/time_per_step"] > 0

@@ -1,4 +1,7 @@
-"""OpenSeq2Seq configs, transcribed: literal YAML validates and trains; `convert` of the .py gives the same run."""
+"""OpenSeq2Seq configs, transcribed: literal YAML validates and trains; `convert` of the .py gives the same run.
+
+A config that differs from a trained one only in numbers is built, not trained (TRAINED_AS names which).
+"""
 
 import math
 import re
@@ -61,14 +64,43 @@ def test_convert_lists_what_it_could_not_carry():
     assert "encoder" not in carried.split("# What opt-train does")[0]
 
 
-# Two configs train in the quick suite (tacotron_float's 1-unit bias under `variables`
-# summaries once crashed the loop); all of them with -m slow.
-# Trained in the fast subset; the others (transformer-big: 44 s on 2 loaded cores) are slow.
+# One config trains in the quick suite (tacotron_float's 1-unit bias under `variables` summaries once
+# crashed the loop); the others with -m slow (transformer-big: 44 s on 2 loaded cores).
 QUICK = ("text2speech__tacotron_float",)
+# Configs that differ from a trained one only in keys `load_config` checks without training (sizes,
+# step counts, logdir, num_gpus, use_horovod, the number value of a rate or a decay): each trains as
+# the config it names, which has the same model kind, optimizer, lr policy, dtype and loss scaling,
+# gradient stages (clipping, LARC), regularizer and summaries. They are loaded and built (below).
+TRAINED_AS = {
+    "image2label__cifar-nv": "image2label__alexnet_owt",  # Momentum, poly_decay, float32; other lr, scale
+    "lm__lstm-wkt2-fp32": "lm__lstm-test-small",  # Adam, fixed_lr, float32; other lr, sizes
+    "speech2text__w2lplus_large_8gpus_mp": "speech2text__w2l_large_8gpus_mp",  # all but num_checkpoints
+    "text2text__transformer-base": "text2text__nmt-reversal-TT",  # LazyAdam, transformer_policy; other d_model
+}
+TRAINED = [name for name in CONFIGS if name not in TRAINED_AS]
+
+
+def _same_but_numbers(config):
+    """What decides the code a run goes through: the kinds, not their numbers."""
+    return (config.model, config.data, config.optimizer, config.lr_policy, config.dtype, config.loss_scaling,
+            config.max_grad_norm is None, config.larc_params is None, config.regularizer, config.summaries,
+            config.restore_best_checkpoint, sorted(config.optimizer_params), sorted(config.lr_policy_params))
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED_AS))
+def test_a_config_left_untrained_builds_and_has_the_kinds_of_the_one_trained_for_it(name, tmp_path):
+    from opt_train.distributed import get_backend
+    from opt_train.training.builder import build_run
+
+    overrides = [f"logdir={tmp_path}", "use_horovod=false", "num_gpus=null"]
+    config = load_config([HERE / f"{name}.yaml"], overrides)
+    assert _same_but_numbers(config) == _same_but_numbers(load_config([HERE / f"{TRAINED_AS[name]}.yaml"], overrides))
+    run = build_run(config, get_backend())
+    assert run.model.trainable_variables
 
 
 @pytest.mark.parametrize(
-    "name", [name if name in QUICK else pytest.param(name, marks=pytest.mark.slow) for name in CONFIGS]
+    "name", [name if name in QUICK else pytest.param(name, marks=pytest.mark.slow) for name in TRAINED]
 )
 def test_literal_config_trains(name, tmp_path):
     config, final = train_two_updates([HERE / f"{name}.yaml"], tmp_path / "run", ["eval_batch_size_per_gpu=16"])

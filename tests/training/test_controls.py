@@ -196,13 +196,25 @@ ACCURACY = [0.50, 0.62, 0.70, 0.70, 0.705, 0.69, 0.71, 0.71, 0.71, 0.72, 0.70, 0
 LOSS = [1.2, 0.9, 0.7, 0.7, 0.695, 0.71, 0.68, 0.68, 0.68, 0.67, 0.70, 0.70, 0.70, 0.66, 0.71]
 
 
-def keras_model_with_accuracy():
-    """A compiled model whose compiled metrics are built: Keras's mode auto reads their `_direction`."""
+@pytest.fixture(scope="module")
+def evaluated_model():
+    """A compiled model whose compiled metrics are built: Keras's mode auto reads their `_direction`.
+
+    Built and evaluated once for the module (its `evaluate` traces a step); `keras_model` hands it out
+    with what Keras's callbacks change on it (the rate, `stop_training`) set back.
+    """
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.evaluate(np.zeros((2, 2)), np.zeros((2,)), verbose=0)
     return model
+
+
+@pytest.fixture
+def keras_model(evaluated_model):
+    evaluated_model.optimizer.learning_rate = 0.1
+    evaluated_model.stop_training = False
+    return evaluated_model
 
 
 DIRECTION_CASES = [
@@ -218,11 +230,11 @@ DIRECTION_CASES = [
 
 
 @pytest.mark.parametrize("monitor,scores,params", DIRECTION_CASES)
-def test_early_stopping_knows_the_direction_as_keras(monitor, scores, params):
+def test_early_stopping_knows_the_direction_as_keras(keras_model, monitor, scores, params):
     from opt_train.config.controls import early_stopping
     from opt_train.training.controls import EarlyStopping
 
-    model = keras_model_with_accuracy()
+    model = keras_model
     keras_params = dict(params)
     keras_callback = keras.callbacks.EarlyStopping(monitor=f"val_{monitor}", **keras_params)
     keras_callback.set_model(model)
@@ -249,8 +261,8 @@ def test_early_stopping_knows_the_direction_as_keras(monitor, scores, params):
     ("loss", LOSS, {"patience": 1, "factor": 0.3, "cooldown": 1}),
     ("loss", LOSS, {"patience": 2, "factor": 0.5, "min_delta": 0.005, "min_lr": 0.01}),
 ])
-def test_plateau_knows_the_direction_as_keras(monitor, scores, params):
-    model = keras_model_with_accuracy()
+def test_plateau_knows_the_direction_as_keras(keras_model, monitor, scores, params):
+    model = keras_model
     keras_params = {("mode" if k == "monitor_mode" else k): v for k, v in params.items()}
     keras_callback = keras.callbacks.ReduceLROnPlateau(monitor=f"val_{monitor}", **keras_params)
     keras_callback.set_model(model)
@@ -276,7 +288,7 @@ def test_newbob_refuses_a_higher_is_better_monitor():
 
 
 @pytest.mark.slow  # 3 s on 2 cores
-def test_early_stopping_on_rising_accuracy_stops_where_keras_would(tmp_path):
+def test_early_stopping_on_rising_accuracy_stops_where_keras_would(tmp_path, keras_model):
     """Eval accuracy rising: Keras's EarlyStopping (mode auto: max) goes on; before mode, this run stopped early."""
     from opt_train.training import train
     from tests.support import read_jsonl
@@ -285,7 +297,7 @@ def test_early_stopping_on_rising_accuracy_stops_where_keras_would(tmp_path):
                         ["optimizer=Adam", "optimizer_params.learning_rate=0.003"])  # accuracy rises at each eval
     result = train(config)
     scores = [r["eval/accuracy"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval/accuracy" in r]
-    model = keras_model_with_accuracy()
+    model = keras_model
     keras_callback = keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=1)
     keras_callback.set_model(model)
     keras_callback.on_train_begin()

@@ -1,6 +1,7 @@
 """What a run reports is a function of the step alone: whatever the stops, resumes and kills in between."""
 
 import pathlib
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -44,34 +45,49 @@ def test_train_loss_after_a_resume_equals_the_uninterrupted_runs(cli, write_conf
     assert read_json(tmp_path / "whole" / "final_metrics.json")["train/loss"] == expected[30]
 
 
-@pytest.mark.slow  # 27 s measured on 2 loaded cores: a killed process and a resume
-def test_a_killed_runs_records_are_neither_duplicated_nor_glued_to_a_torn_line(cli, write_config, tmp_path):
-    config = write_config({**RUN, "max_steps": 20, "print_loss_steps": 5, "save_checkpoint_steps": 5})
-    logdir = tmp_path / "run"
-    assert cli("train", "--config", config).exit_code == 0
+# One run of 10 updates (records and checkpoints at 5 and 10) for the tests that look at its files or
+# damage a copy of it as a kill would: trained once for the module (its tests stay with the slow ones:
+# the run is 3-5 s on 2 loaded cores).
+TEN = {**RUN, "max_steps": 10, "print_loss_steps": 5, "save_checkpoint_steps": 5}
+
+
+@pytest.fixture(scope="module")
+def ten_updates(tmp_path_factory, train_logdir):
+    return train_logdir(tmp_path_factory.mktemp("ten"), TEN)[1]
+
+
+@pytest.fixture
+def ten_updates_copy(ten_updates, write_config, tmp_path):
+    """`(config, logdir)`: a copy of the module's run at tmp_path/run, and its config."""
+    shutil.copytree(ten_updates, tmp_path / "run")
+    (tmp_path / "run" / ".lock").unlink(missing_ok=True)
+    return write_config(TEN), tmp_path / "run"
+
+
+@pytest.mark.slow  # a resume, and the module's run
+def test_a_killed_runs_records_are_neither_duplicated_nor_glued_to_a_torn_line(cli, ten_updates_copy):
+    config, logdir = ten_updates_copy
     expected = _losses(logdir)
-    # As a run killed after writing step 20's records and half a line, before its checkpoint 20:
+    # As a run killed after writing step 10's records and half a line, before its checkpoint 10:
     folder = logdir / "checkpoints"
-    for path in folder.glob("ckpt-20.*"):
+    for path in folder.glob("ckpt-10.*"):
         path.unlink()
     (folder / "checkpoint").unlink()
     (logdir / "final_metrics.json").unlink()
     with open(logdir / "metrics.jsonl", "a") as handle:
-        handle.write('{"step": 21, "loss": 0.')
+        handle.write('{"step": 11, "loss": 0.')
     result = cli("train", "--config", config)
     assert result.exit_code == 0, result.output
-    assert "resumed from" in result.output and "at step 15" in result.output
+    assert "resumed from" in result.output and "at step 5" in result.output
     records = read_jsonl(logdir / "metrics.jsonl")  # every line parses
     steps = [r["step"] for r in records if "loss" in r]
-    assert steps == [5, 10, 15, 20]
+    assert steps == [5, 10]
     assert _losses(logdir) == expected
 
 
-@pytest.mark.slow  # 7 s on 2 cores
-def test_final_metrics_rebuilt_after_a_kill_holds_the_trained_loss_not_nan(cli, write_config, tmp_path):
-    config = write_config({**RUN, "max_steps": 10, "print_loss_steps": 5, "save_checkpoint_steps": 5})
-    logdir = tmp_path / "run"
-    assert cli("train", "--config", config).exit_code == 0
+@pytest.mark.slow
+def test_final_metrics_rebuilt_after_a_kill_holds_the_trained_loss_not_nan(cli, ten_updates_copy):
+    config, logdir = ten_updates_copy
     trained = read_json(logdir / "final_metrics.json")
     (logdir / "final_metrics.json").unlink()  # killed after the final checkpoint, before this file
     result = cli("train", "--config", config)
@@ -82,12 +98,10 @@ def test_final_metrics_rebuilt_after_a_kill_holds_the_trained_loss_not_nan(cli, 
     assert [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "eval/accuracy" in r] == [10]
 
 
-@pytest.mark.slow  # 4 s on 2 cores
-def test_the_final_checkpoint_is_written_once(cli, write_config, tmp_path):
+@pytest.mark.slow
+def test_the_final_checkpoint_is_written_once(ten_updates):
     """Checkpoints at 5 and 10 are two saves: the checkpoint's own save counter says so."""
-    config = write_config({**RUN, "max_steps": 10, "print_loss_steps": 5, "save_checkpoint_steps": 5})
-    assert cli("train", "--config", config).exit_code == 0
-    reader = tf.train.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "ckpt-10"))
+    reader = tf.train.load_checkpoint(str(ten_updates / "checkpoints" / "ckpt-10"))
     assert reader.get_tensor("save_counter/.ATTRIBUTES/VARIABLE_VALUE") == 2
 
 

@@ -26,13 +26,22 @@ def _checkpoint_tensor(logdir, name):
     return int(reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
+@pytest.fixture(scope="module")
+def twenty_updates(tmp_path_factory, train_logdir):
+    """`(config, logdir)`: 20 updates of SKIPPING counted as OpenSeq2Seq counts them, trained once for the module."""
+    return train_logdir(tmp_path_factory.mktemp("twenty"), {**SKIPPING, "max_steps": 20, "count_skipped_updates": False})
+
+
 @pytest.mark.parametrize("count_skipped", [False, True])
 @pytest.mark.slow  # 6 s on 2 cores, its 2 cases
-def test_max_steps_counts_applied_updates_unless_told(count_skipped, cli, write_config, tmp_path):
-    config = write_config({**SKIPPING, "max_steps": 20, "count_skipped_updates": count_skipped})
-    result = cli("train", "--config", config)
-    assert result.exit_code == 0, result.output
-    logdir = tmp_path / "run"
+def test_max_steps_counts_applied_updates_unless_told(count_skipped, cli, write_config, tmp_path, request):
+    if count_skipped:
+        config = write_config({**SKIPPING, "max_steps": 20, "count_skipped_updates": count_skipped})
+        result = cli("train", "--config", config)
+        assert result.exit_code == 0, result.output
+        logdir = tmp_path / "run"
+    else:
+        logdir = request.getfixturevalue("twenty_updates")[1]
     final = read_json(logdir / "final_metrics.json")
     skipped = final["skipped_steps"]
     assert skipped >= 3
@@ -46,22 +55,22 @@ def test_max_steps_counts_applied_updates_unless_told(count_skipped, cli, write_
     assert [r["step"] for r in read_jsonl(logdir / "metrics.jsonl") if "loss" in r] == [5, 10, 15, 20]
 
 
-@pytest.mark.slow  # 37 s measured on 2 loaded cores: three runs
-def test_a_resumed_run_that_skips_updates_equals_the_uninterrupted_run(cli, write_config, tmp_path):
-    whole = write_config({**SKIPPING, "max_steps": 30, "logdir": str(tmp_path / "whole")}, "whole.yaml")
-    assert cli("train", "--config", whole).exit_code == 0
-    first_leg = write_config({**SKIPPING, "max_steps": 15, "logdir": str(tmp_path / "legs")}, "leg1.yaml")
+@pytest.mark.slow  # two runs, and the module's
+def test_a_resumed_run_that_skips_updates_equals_the_uninterrupted_run(cli, write_config, tmp_path, twenty_updates):
+    whole = twenty_updates[1]
+    legs = {**SKIPPING, "count_skipped_updates": False, "logdir": str(tmp_path / "legs")}
+    first_leg = write_config({**legs, "max_steps": 10}, "leg1.yaml")
     assert cli("train", "--config", first_leg).exit_code == 0
-    second_leg = write_config({**SKIPPING, "max_steps": 30, "logdir": str(tmp_path / "legs")}, "leg2.yaml")
+    second_leg = write_config({**legs, "max_steps": 20}, "leg2.yaml")
     result = cli("train", "--config", second_leg)
     assert result.exit_code == 0, result.output
     assert "resumed from" in result.output
 
-    expected, actual = checkpoint_tensors(tmp_path / "whole"), checkpoint_tensors(tmp_path / "legs")
+    expected, actual = checkpoint_tensors(whole), checkpoint_tensors(tmp_path / "legs")
     assert expected.keys() == actual.keys()
     for name in expected:
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
-    whole_final = read_json(tmp_path / "whole" / "final_metrics.json")
+    whole_final = read_json(whole / "final_metrics.json")
     legs_final = read_json(tmp_path / "legs" / "final_metrics.json")
     assert whole_final["skipped_steps"] >= 3
     assert legs_final == whole_final
