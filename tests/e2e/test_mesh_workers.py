@@ -3,8 +3,9 @@
 Two tf workers of 2 logical CPU devices each form one `{batch: 2, model: 2}` mesh with every
 kernel's output dimension on `model`; each worker reads its own half of the global batch of 32.
 The run must report the losses and evaluations (within 1e-4) and end with the weights and optimizer state
-(within 1e-5) of one process without a mesh on the same global batch, and a checkpoint the
-workers wrote at step 3 must resume in one process without a mesh to that same end. With
+(within 1e-5) of one process without a mesh on the same global batch, and the checkpoint the
+workers wrote at step 3 (in a copy of their logdir without the newer one, as a run stopped after it
+leaves it) must resume in one process without a mesh to that same end. With
 `lr_control`, `early_stopping` and `restore_best_checkpoint`, decided on the chief's
 evaluation, the workers must change the rate, stop and keep the best checkpoint where one
 process does. The
@@ -13,6 +14,8 @@ one-process runs train in this process.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 import yaml
@@ -63,9 +66,14 @@ def workers(config_path, *settings):
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mesh-workers")
     output = workers(write(tmp, "workers", {**RUN, **MESH, "export": True}))
-    # The same mesh run stopped at its step-3 checkpoint, then resumed by one process without a mesh.
+    # The same mesh run as it stood at its step-3 checkpoint, then resumed by one process without a mesh
+    # (which cuts metrics.jsonl back to that step, as after a run stopped there).
     half = write(tmp, "half", {**RUN, **MESH})
-    workers(half, "--set", "max_steps=3")
+    shutil.copytree(tmp / "workers", tmp / "half")
+    newer = [path for path in (tmp / "half" / "checkpoints").iterdir() if path.name.startswith("ckpt-6.")]
+    assert newer, sorted(path.name for path in (tmp / "half" / "checkpoints").iterdir())
+    for path in newer:
+        path.unlink()
     train_here(str(half), "--set", "mesh=null", "--set", "layouts={}", "--set", "batch_size_per_gpu=32", "--resume")
     train_here(str(write(tmp, "reference", {**RUN, "batch_size_per_gpu": 32})))
     return tmp, output
