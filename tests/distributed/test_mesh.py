@@ -32,7 +32,8 @@ BASE = {
     "model": "mlp",
     "model_params": {"hidden_units": [32]},
     "data": "digits",
-    # Two updates: the second reads the optimizer state the first wrote (a stale read shows in the first).
+    # Two updates: the second applies the optimizer state the first wrote (a stale read within a step shows
+    # in the first already).
     "max_steps": 2,
     "print_loss_steps": 1,
     "eval_steps": None,
