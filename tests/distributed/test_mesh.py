@@ -244,8 +244,9 @@ def mesh_runs(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fast(mesh_runs):
+def fast(mesh_runs, reference):
     tmp, shards, _, stdout = mesh_runs
+    reference("adam")  # trained with the fixture, not in the fast tests
     return tmp, shards, stdout
 
 
