@@ -18,7 +18,8 @@ it creates. On this 2-core machine the devices are logical CPU devices that shar
 a mesh cannot be faster here, and the ratio says what its collectives and SPMD bookkeeping cost. On
 a machine with GPUs the same command prints the table for real devices.
 
-`--quick` (the smoke test's) trains 30 updates a contender, one round, the baseline in this process;
+`--quick` (the smoke test's) trains 15 updates a contender, one round, the baseline in this process and
+the meshes one after the other in one fresh process (each fresh process costs a TensorFlow import);
 no --quick figure means anything.
 """
 
@@ -26,11 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.distributed import CONFIG, _train, ratios
+from benchmarks.distributed import CONFIG, REPO, _train, ratios
 
 DEFAULT_MESHES = ("2x2", "4x1")
 
@@ -77,16 +81,40 @@ def memory(config, settings):
 
 
 def measure(rounds, steps, global_batch, meshes, settings=(), config=CONFIG, in_process=False):
-    """{name: [samples/s per round]}; `in_process`: the baseline runs in this process (`--quick`)."""
+    """{name: [samples/s per round]}; `in_process` (`--quick`): the baseline runs in this process, the meshes
+    one after the other in one fresh process."""
     races = contenders(global_batch, meshes)
     figures = {name: [] for name in races}
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(rounds):
-            for name, own in races.items():
-                final = _train(Path(scratch) / f"{name}-{number}", f"max_steps={steps}", *settings, *own,
-                               config=config, in_process=in_process and name == "baseline")
-                figures[name].append(final["benchmark/samples_per_sec"])
+            runs = {name: (Path(scratch) / f"{name}-{number}", [f"max_steps={steps}", *settings, *own])
+                    for name, own in races.items()}
+            if in_process:
+                logdir, own = runs.pop("baseline")
+                finals = {"baseline": _train(logdir, *own, config=config, in_process=True),
+                          **_train_in_one_process(runs, config)}
+            else:
+                finals = {name: _train(logdir, *own, config=config) for name, (logdir, own) in runs.items()}
+            for name in races:
+                figures[name].append(finals[name]["benchmark/samples_per_sec"])
     return figures
+
+
+def _train_in_one_process(runs, config):
+    """{name: final metrics} of `runs` ({name: (logdir, settings)}): `opt-train train --benchmark` of each in
+    turn in one fresh process (a mesh of logical CPU devices needs one; every mesh here fits the first's split)."""
+    commands = [["train", "--config", str(config), "--benchmark", "--set", f"logdir={logdir}",
+                 *[arg for setting in settings for arg in ("--set", setting)]] for logdir, settings in runs.values()]
+    script = "import json, sys\nfrom benchmarks.distributed import _train_here\n" \
+             "for args in json.loads(sys.argv[1]):\n    _train_here(args)\n"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+    for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
+        env.pop(variable, None)
+    job = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=1800)
+    if job.returncode != 0:
+        raise RuntimeError(f"{', '.join(runs)} failed ({job.returncode}):\n{(job.stdout + job.stderr)[-3000:]}")
+    return {name: json.loads((Path(logdir) / "final_metrics.json").read_text()) for name, (logdir, _) in runs.items()}
 
 
 def report(figures, found, memories):
@@ -122,7 +150,7 @@ def main(argv=None):
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.steps = 1, 30
+        args.rounds, args.steps = 1, 15
     races = contenders(args.batch, args.meshes)
     memories = {name: memory(args.config, [*args.settings, *own]) for name, own in races.items()}
     figures = measure(args.rounds, args.steps, args.batch, args.meshes, args.settings, args.config,

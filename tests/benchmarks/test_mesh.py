@@ -41,7 +41,7 @@ def test_bytes_per_device_are_the_kernels_share_and_whole_biases(name, kernel_sh
     assert found["total"] == 3 * weights + SCALARS
 
 
-@pytest.mark.slow  # three fresh processes that import TensorFlow (two on 4 logical devices): ~70 s on 2 cores
+@pytest.mark.slow  # a fresh process that imports TensorFlow on 4 logical devices and trains both meshes
 def test_quick_run_measures_the_baseline_and_every_mesh(tmp_path):
     results = mesh.main(["--quick", "--out", str(tmp_path / "mesh.json")])
     assert set(results["figures"]) == {"baseline", "mesh_2x2", "mesh_4x1"}

@@ -3,7 +3,9 @@
 `python -m tests.distributed.mesh_runner JOBS.json RESULTS.json`: each job is
 `{"kind": "train", "argv": [...]}` (an `opt-train` command line, its exit code recorded) or
 `{"kind": "shards", "config": path}` (the bytes per device of the run's model variables and
-optimizer state as the mesh backend lays them out, beside the memory plan's figures). The CPU
+optimizer state as the mesh backend lays them out, beside the memory plan's figures) or
+`{"kind": "copy", "from": logdir, "to": logdir}` (a finished run's logdir copied, so that two
+runs can go on from the same checkpoint). The CPU
 is split into devices when TensorFlow starts, so this cannot run in the test's own process.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import traceback
 
@@ -66,6 +69,9 @@ def main(jobs_path, results_path):
     for job in jobs:
         if job["kind"] == "train":
             results.append({"code": train(job["argv"])})
+        elif job["kind"] == "copy":
+            shutil.copytree(job["from"], job["to"])
+            results.append({})
         else:
             results.append(shards(job["config"]))
     with open(results_path, "w", encoding="utf-8") as handle:

@@ -5,8 +5,9 @@ kernel's output dimension on `model` (tensor parallel), and `mesh: {batch: 4}` w
 kernel's input dimension on `batch` (fully sharded). Each must train as one process trains
 the same global batch: the losses it reports (metrics.jsonl) within 1e-4, the final weights
 (the checkpoint) within 1e-5. The CPU is split into devices when TensorFlow starts, so the
-mesh runs share one fresh process per fixture (tests/distributed/mesh_runner.py); the
-one-process references train in this process.
+mesh runs share one fresh process (tests/distributed/mesh_runner.py): the fast subset's, and
+the matrix's too when a test of the matrix is selected; the one-process references train in
+this process, each once for every test that compares with it.
 
 The guard against plain variables and the Python API (`optimizers.get(..., mesh=mesh)`)
 run here on a one-device mesh.
@@ -31,10 +32,12 @@ BASE = {
     "model": "mlp",
     "model_params": {"hidden_units": [32]},
     "data": "digits",
-    "max_steps": 4,
+    # Two updates: the second applies the optimizer state the first wrote (a stale read within a step shows
+    # in the first already).
+    "max_steps": 2,
     "print_loss_steps": 1,
     "eval_steps": None,
-    "save_checkpoint_steps": 4,
+    "save_checkpoint_steps": 2,
     "save_summaries_steps": None,
     "export": False,
     "random_seed": 0,
@@ -52,15 +55,15 @@ CASES = {
     "iter_size": {**ADAM, "iter_size": 2},
     "max_grad_norm": {**MOMENTUM, "max_grad_norm": 0.5},
     "larc": {**MOMENTUM, "larc_params": {"larc_eta": 0.002}},
-    # 2^30 overflows float16 gradients: the first updates are skipped while the scale backs off, and
-    # it does not grow again within the run (near the edge of overflow, float16 rounding that differs
-    # between one device's sum and the mesh's could decide an update either way).
+    # 2^30 overflows float16 gradients: the first updates are skipped while the scale backs off (11,
+    # all before step 1), and it does not grow again within the run (near the edge of overflow,
+    # float16 rounding that differs between one device's sum and the mesh's could decide an update
+    # either way).
     # At lr 0.01 float16's rounding (the batch axis sums float16 partial gradients, one device's matmul
     # accumulates in float32) stays within the 1e-5 (measured 6e-6); at lr 0.1 it reached 7e-4.
     "mixed_backoff": {**MOMENTUM, "optimizer_params": {**MOMENTUM["optimizer_params"], "learning_rate": 0.01},
                       "dtype": "mixed", "loss_scaling": "Backoff",
-                      "loss_scaling_params": {"scale_max": 2.0**30, "step_window": 1000}, "max_steps": 6,
-                      "save_checkpoint_steps": 6},
+                      "loss_scaling_params": {"scale_max": 2.0**30, "step_window": 1000}},
 }
 # Each on the 2x2 mesh only (`ON_2X2`): what a mesh adds to these is the 2x2 case's.
 ON_2X2 = {
@@ -69,10 +72,11 @@ ON_2X2 = {
     "groups": {**ADAM, "optimizer_groups": [
         {"variables": "bias", "optimizer": "Momentum", "optimizer_params": {"momentum": 0.9}, "lr_multiplier": 5.0},
         {"variables": "logits/kernel", "lr_multiplier": 0.5}]},
-    # The reference compiles its step with XLA; the mesh runs it without (a note says so).
-    "jit": {**ADAM, "jit_compile": True},
-    # The moving average, written over the weights every 2 updates (so the weights compared are averages).
-    "ema": {**ADAM, "optimizer_params": {"learning_rate": 0.01, "use_ema": True, "ema_overwrite_frequency": 2}},
+    # The moving average, written over the weights every 2 updates (so the weights compared, after 2, are
+    # averages); with jit_compile: the reference compiles its step with XLA, the mesh runs it without (a
+    # note says so).
+    "ema_jit": {**ADAM, "optimizer_params": {"learning_rate": 0.01, "use_ema": True, "ema_overwrite_frequency": 2},
+                "jit_compile": True},
     # The factored rows and columns laid out as their kernel's dimensions ([null, model]: the columns on model).
     "adafactor": {"optimizer": "Adafactor", "optimizer_params": {"learning_rate": 0.1}},
 }
@@ -80,9 +84,9 @@ CASES.update(ON_2X2)
 TRANSFORMER = {
     **BASE,
     "model": "transformer",
-    "model_params": {"d_model": 32, "num_heads": 2, "num_layers": 1, "ff_dim": 64, "dropout": 0.0},
+    "model_params": {"d_model": 16, "num_heads": 2, "num_layers": 1, "ff_dim": 32, "dropout": 0.0},
     "data": "reversal",
-    "data_params": {"num_examples": 400},
+    "data_params": {"num_examples": 200},
     # Not Adam: the attention's key bias has a zero gradient (softmax ignores it) but for rounding
     # noise, which Adam's normalization turns into full steps, different on each side.
     **MOMENTUM,
@@ -103,8 +107,17 @@ TRANSFORMER_LAYOUTS = {
 }
 FAST = [("adam", "2x2")]
 BATCH_NORM_MODEL = {"factory": "tests.distributed.batch_norm_model:build"}
+# Fully sharded: Momentum and Adam (their slots sharded as the kernels, each weight gathered on read, its
+# gradient reduce-scattered) and mixed_backoff (the finite check and the skip over float16 gradients split
+# on the batch axis). The gradient stages (iter_size, max_grad_norm, LARC, LAMB's trust ratio) run on 2x2
+# only: they do not depend on which axis a kernel is split on (a norm or an accumulator over a sharded
+# gradient is the same DTensor reduction on `model` as on `batch`), and 2x2 splits the batch too, so
+# iter_size's accumulate-then-read is still read where a stale read would show.
+ON_FSDP = ("momentum", "adam", "mixed_backoff")
+# Momentum on 2x2 is max_grad_norm's, larc's and batch normalization's optimizer there.
+ALSO_COVERED = [("momentum", "2x2")]
 SLOW = [(case, mesh) for case in CASES for mesh in MESHES
-        if (case, mesh) not in FAST and (case not in ON_2X2 or mesh == "2x2")]
+        if (case, mesh) not in FAST + ALSO_COVERED and (mesh == "2x2" or case in ON_FSDP)]
 
 
 def write(tmp, name, config):
@@ -180,15 +193,26 @@ def assert_equal_runs(mesh_dir, reference_dir, weights_atol=1e-5, loss_atol=1e-4
         np.testing.assert_allclose(weights[key], value, rtol=0, atol=weights_atol, err_msg=key)
 
 
-def matrix(tmp, pairs, extra_jobs=(), export=False):
-    """Trains `pairs` on their meshes (one fresh process) and their references here; returns the runner's stdout."""
-    jobs = [{"kind": "train", "argv": ["train", "--config", write(tmp, f"{case}-{mesh}",
+def matrix_jobs(tmp, pairs, export=False):
+    """mesh_runner's jobs that train `pairs` on their meshes, each in `tmp`/case-mesh."""
+    return [{"kind": "train", "argv": ["train", "--config", write(tmp, f"{case}-{mesh}",
                                                                   {**mesh_config(case, mesh), "export": export})]}
             for case, mesh in pairs]
-    results, stdout = run_mesh_jobs(tmp, jobs + list(extra_jobs))
-    for case in sorted({case for case, _ in pairs}):
-        train_here(write(tmp, f"{case}-reference", reference_config(case)))
-    return results[len(jobs):], stdout
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """name -> the logdir of its one-process reference, trained here on first use (`name` a case or a
+    config of its own)."""
+    tmp, trained = tmp_path_factory.mktemp("mesh-references"), set()
+
+    def logdir(name, config=None):
+        if name not in trained:
+            train_here(write(tmp, f"{name}-reference", config or reference_config(name)))
+            trained.add(name)
+        return tmp / f"{name}-reference"
+
+    return logdir
 
 
 # -- the fast subset: one case, the plan against the shards built ------------------------------
@@ -205,26 +229,40 @@ SHARDS = {
 
 
 @pytest.fixture(scope="module")
-def fast(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mesh-fast")
-    shards = [{"kind": "shards", "config": write(tmp, name, config)} for name, config in SHARDS.items()]
-    results, stdout = matrix(tmp, FAST, shards, export=True)
-    return tmp, dict(zip(SHARDS, results)), stdout
+def mesh_runs(request, tmp_path_factory):
+    """(fast's tmp, its shards' results, slow's tmp or None, the runner's stdout): every mesh run of this
+    module in one fresh process. The matrix's runs join it only when a test of the matrix is selected."""
+    fast_tmp = tmp_path_factory.mktemp("mesh-fast")
+    shards = [{"kind": "shards", "config": write(fast_tmp, name, config)} for name, config in SHARDS.items()]
+    jobs = matrix_jobs(fast_tmp, FAST, export=True) + shards
+    slow_tmp = None
+    if any("slow" in item.fixturenames for item in request.session.items if item.path == request.node.path):
+        slow_tmp = tmp_path_factory.mktemp("mesh-slow")
+        jobs += slow_jobs(slow_tmp, fast_tmp)
+    results, stdout = run_mesh_jobs(fast_tmp, jobs)
+    return fast_tmp, dict(zip(SHARDS, results[len(FAST):])), slow_tmp, stdout
 
 
-def test_adam_on_a_2x2_mesh_equals_one_process(fast):
+@pytest.fixture(scope="module")
+def fast(mesh_runs, reference):
+    tmp, shards, _, stdout = mesh_runs
+    reference("adam")  # trained with the fixture, not in the fast tests
+    return tmp, shards, stdout
+
+
+def test_adam_on_a_2x2_mesh_equals_one_process(fast, reference):
     tmp, _, stdout = fast
     assert "the 4-device mesh runs on 4 logical CPU devices" in stdout
-    assert_equal_runs(tmp / "adam-2x2", tmp / "adam-reference")
+    assert_equal_runs(tmp / "adam-2x2", reference("adam"))
 
 
-def test_the_export_of_a_mesh_run_is_an_ordinary_unsharded_model(fast):
+def test_the_export_of_a_mesh_run_is_an_ordinary_unsharded_model(fast, reference):
     import keras
 
     tmp, _, _ = fast
     exported = keras.models.load_model(tmp / "adam-2x2" / "export" / "model.keras")
     arrays = [np.asarray(weight) for weight in exported.weights]
-    expected = outcome(tmp / "adam-reference")[2]
+    expected = outcome(reference("adam"))[2]
     for key, value in expected.items():
         assert any(a.shape == value.shape and np.allclose(a, value, rtol=0, atol=1e-5) for a in arrays), key
     assert os.path.isdir(tmp / "adam-2x2" / "export" / "saved_model")
@@ -252,43 +290,44 @@ def test_kernels_sharded_on_a_model_axis_of_2_halve_their_bytes(fast):
 
 
 # -- the matrix ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def slow(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mesh-slow")
-    extra = []
+RESUMED = {**mesh_config("adam", "2x2"), "max_steps": 4, "save_checkpoint_steps": 4}
+
+
+def slow_jobs(tmp, fast_tmp):
+    """mesh_runner's jobs of the matrix, each in `tmp` (after the fast subset's, in `fast_tmp`)."""
+    jobs = matrix_jobs(tmp, SLOW)
     # The transformer with its embedding, attention and feed-forward kernels on `model`.
     transformer = {**TRANSFORMER, "mesh": MESHES["2x2"][0], "layouts": TRANSFORMER_LAYOUTS,
                    "batch_size_per_gpu": 16}
-    extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "transformer-2x2", transformer)]})
-    # A checkpoint of a 2x2 mesh resumed on {batch: 2, model: 1}, and without a mesh.
-    first = {**BASE, **ADAM, "mesh": MESHES["2x2"][0], "layouts": MESHES["2x2"][1], "batch_size_per_gpu": 16,
-             "max_steps": 3, "save_checkpoint_steps": 3}
+    jobs.append({"kind": "train", "argv": ["train", "--config", write(tmp, "transformer-2x2", transformer)]})
+    # The fast subset's 2x2 Adam run (its checkpoint of step 2), in two copies of its logdir, resumed to step 4 on
+    # {batch: 2, model: 1} and without a mesh.
     for name, then, flags in (
         ("resume-narrow", {"mesh": {"batch": 2, "model": 1}}, []),
-        # Without a mesh the batch is one process's 32: another batch_size_per_gpu, so --resume.
-        ("resume-plain", {"mesh": None, "layouts": {}, "batch_size_per_gpu": 32}, ["--resume"]),
+        # Without a mesh the batch is one process's 64: another batch_size_per_gpu, so --resume.
+        ("resume-plain", {"mesh": None, "layouts": {}, "batch_size_per_gpu": GLOBAL_BATCH}, ["--resume"]),
     ):
-        extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, name, first)]})
-        second = write(tmp, f"{name}-then", {**first, "max_steps": 6, "save_checkpoint_steps": 6, **then})
-        extra.append({"kind": "train", "argv": ["train", "--config", second, "--set", f"logdir={tmp / name}",
-                                                *flags]})
+        jobs.append({"kind": "copy", "from": str(fast_tmp / "adam-2x2"), "to": str(tmp / name)})
+        second = write(tmp, f"{name}-then", {**RESUMED, **then})
+        jobs.append({"kind": "train", "argv": ["train", "--config", second, "--set", f"logdir={tmp / name}",
+                                               *flags]})
     # BatchNormalization: DTensor takes the moments over the whole (split) batch, as one process does.
-    extra.append({"kind": "train", "argv": ["train", "--config", write(tmp, "batch_norm-2x2", {
+    jobs.append({"kind": "train", "argv": ["train", "--config", write(tmp, "batch_norm-2x2", {
         **mesh_config("momentum", "2x2"), "model": BATCH_NORM_MODEL, "model_params": {}})]})
-    _, stdout = matrix(tmp, SLOW, extra)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def slow(mesh_runs):
+    tmp, stdout = mesh_runs[2], mesh_runs[3]
     (tmp / "runner-stdout.txt").write_text(stdout)
-    train_here(write(tmp, "batch_norm-reference", {**reference_config("momentum"), "model": BATCH_NORM_MODEL,
-                                                   "model_params": {}}))
-    train_here(write(tmp, "transformer-reference", {**TRANSFORMER, "batch_size_per_gpu": 32}))
-    train_here(write(tmp, "resume-reference", {**BASE, **ADAM, "batch_size_per_gpu": 32, "max_steps": 6,
-                                               "save_checkpoint_steps": 6}))
     return tmp
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "mesh"), SLOW)
-def test_each_optimizer_and_stage_on_each_mesh_equals_one_process(slow, case, mesh):
-    assert_equal_runs(slow / f"{case}-{mesh}", slow / f"{case}-reference")
+def test_each_optimizer_and_stage_on_each_mesh_equals_one_process(slow, reference, case, mesh):
+    assert_equal_runs(slow / f"{case}-{mesh}", reference(case))
 
 
 @pytest.mark.slow
@@ -298,26 +337,28 @@ def test_jit_compile_on_a_mesh_of_cpu_devices_says_it_runs_without_xla(slow):
 
 
 @pytest.mark.slow
-def test_mixed_backoff_skips_the_same_updates(slow):
+def test_mixed_backoff_skips_the_same_updates(slow, reference):
     _, skipped, _ = outcome(slow / "mixed_backoff-2x2")
     assert skipped[-1] > 0  # the case tests something: updates were skipped
-    assert skipped == outcome(slow / "mixed_backoff-reference")[1]
+    assert skipped == outcome(reference("mixed_backoff"))[1]
 
 
 @pytest.mark.slow
-def test_batch_normalization_on_a_mesh_normalizes_the_global_batch_as_one_process(slow):
-    assert_equal_runs(slow / "batch_norm-2x2", slow / "batch_norm-reference")
+def test_batch_normalization_on_a_mesh_normalizes_the_global_batch_as_one_process(slow, reference):
+    config = {**reference_config("momentum"), "model": BATCH_NORM_MODEL, "model_params": {}}
+    assert_equal_runs(slow / "batch_norm-2x2", reference("batch_norm", config))
 
 
 @pytest.mark.slow
-def test_the_transformer_with_its_embedding_attention_and_feed_forward_sharded_equals_one_process(slow):
-    assert_equal_runs(slow / "transformer-2x2", slow / "transformer-reference")
+def test_the_transformer_with_its_embedding_attention_and_feed_forward_sharded_equals_one_process(slow, reference):
+    assert_equal_runs(slow / "transformer-2x2", reference("transformer", {**TRANSFORMER, "batch_size_per_gpu": 32}))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resume-narrow", "resume-plain"])
-def test_a_2x2_checkpoint_resumes_on_another_mesh_as_an_uninterrupted_run(slow, name):
-    assert_equal_runs(slow / name, slow / "resume-reference")
+def test_a_2x2_checkpoint_resumes_on_another_mesh_as_an_uninterrupted_run(slow, reference, name):
+    uninterrupted = {**reference_config("adam"), "max_steps": 4, "save_checkpoint_steps": 4}
+    assert_equal_runs(slow / name, reference("resume", uninterrupted))
 
 
 # -- in this process, on a one-device mesh -------------------------------------------------------

@@ -21,10 +21,11 @@ def test_the_mesh_example_validates_with_half_the_kernels_per_device(cli):
     assert len(memory) == 2 and "without the mesh" in memory[1]
 
 
-@pytest.mark.slow  # a fresh process that imports TensorFlow and trains 150 updates on 4 logical devices
+@pytest.mark.slow  # a fresh process that imports TensorFlow and trains 60 updates on 4 logical devices
 def test_the_mesh_example_trains_on_a_two_by_two_mesh_in_a_fresh_process(tmp_path):
-    overrides = [f"logdir={tmp_path}", "max_steps=150", "eval_steps=null", "save_checkpoint_steps=50",
-                 "print_loss_steps=50"]
+    # 60 updates: one process reaches 0.86 there (0.80 at 30); a mesh trains as one process (test_mesh.py).
+    overrides = [f"logdir={tmp_path}", "max_steps=60", "eval_steps=null", "save_checkpoint_steps=null",
+                 "print_loss_steps=30"]
     job = subprocess.run(
         [sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "mesh.yaml"),
          *[arg for override in overrides for arg in ("--set", override)]],
@@ -35,7 +36,7 @@ def test_the_mesh_example_trains_on_a_two_by_two_mesh_in_a_fresh_process(tmp_pat
     assert "the 4-device mesh runs on 4 logical CPU devices" in output
     assert "global batch 64" in output
     final = read_json(tmp_path / "final_metrics.json")
-    assert final["global_step"] == 150 and final["eval/accuracy"] > 0.8
+    assert final["global_step"] == 60 and final["eval/accuracy"] > 0.8
 
 
 @pytest.mark.slow  # a fresh process that imports TensorFlow, refused at its build

@@ -2,17 +2,19 @@
 
 Two tf workers of 2 logical CPU devices each form one `{batch: 2, model: 2}` mesh with every
 kernel's output dimension on `model`; each worker reads its own half of the global batch of 32.
-The run must report the losses and evaluations (within 1e-4) and end with the weights and optimizer state
-(within 1e-5) of one process without a mesh on the same global batch, and a checkpoint the
-workers wrote at step 3 must resume in one process without a mesh to that same end. With
-`lr_control`, `early_stopping` and `restore_best_checkpoint`, decided on the chief's
-evaluation, the workers must change the rate, stop and keep the best checkpoint where one
-process does. The
-workers run as real processes (the launcher's TF_CONFIG, DTensor's multi-client set-up); the
-one-process runs train in this process.
+One run of the workers, with `lr_control`, `early_stopping` and `restore_best_checkpoint` decided
+on the chief's evaluation: it must report the losses and evaluations (within 1e-4), change the
+rate, stop and keep the best checkpoint, and end with the weights and optimizer state (within
+1e-5), where one process without a mesh does on the same global batch; and the checkpoint the
+workers wrote at step 4 (in a copy of their logdir without the newer one, as a run stopped after
+it leaves it) must resume in one process without a mesh to that same end. The workers run as
+real processes (the launcher's TF_CONFIG, DTensor's multi-client set-up); the one-process runs
+train in this process.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 import yaml
@@ -24,18 +26,24 @@ from tests.support import REPO, read_jsonl
 
 pytestmark = pytest.mark.slow
 
+# Every evaluation "fails to improve" by min_delta 10 after the first: the rate halves at steps 4 and 6
+# (plateau, patience 1) and early stopping (patience 2) ends the run at step 6 of 12; every evaluation's
+# loss is the lowest so far (min_delta 0), so each replaces the best checkpoint, written by both workers.
 RUN = {
     "model": "mlp",
     "model_params": {"hidden_units": [32]},
     "data": "digits",
     "optimizer": "Momentum",
     "optimizer_params": {"learning_rate": 0.1, "momentum": 0.9, "use_nesterov": True},
-    "max_steps": 6,
+    "max_steps": 12,
     "print_loss_steps": 1,
     "save_summaries_steps": None,
-    "save_checkpoint_steps": 3,
+    "save_checkpoint_steps": 4,
     # The chief evaluates mid-run, alone, while the other worker waits in the next step.
-    "eval_steps": 3,
+    "eval_steps": 2,
+    "early_stopping": {"monitor": "loss", "patience": 2, "min_delta": 10},
+    "lr_control": {"mode": "plateau", "monitor": "loss", "patience": 1, "min_delta": 10, "factor": 0.5},
+    "restore_best_checkpoint": True,
     "export": False,
     "random_seed": 0,
 }
@@ -63,30 +71,16 @@ def workers(config_path, *settings):
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mesh-workers")
     output = workers(write(tmp, "workers", {**RUN, **MESH, "export": True}))
-    # The same mesh run stopped at its step-3 checkpoint, then resumed by one process without a mesh.
+    # The same mesh run as it stood at its step-4 checkpoint (without best/, which holds step 6's), then resumed
+    # by one process without a mesh (which cuts metrics.jsonl back to that step, as after a run stopped there).
     half = write(tmp, "half", {**RUN, **MESH})
-    workers(half, "--set", "max_steps=3")
+    shutil.copytree(tmp / "workers", tmp / "half", ignore=shutil.ignore_patterns("best"))
+    newer = [path for path in (tmp / "half" / "checkpoints").iterdir() if path.name.startswith("ckpt-6.")]
+    assert newer, sorted(path.name for path in (tmp / "half" / "checkpoints").iterdir())
+    for path in newer:
+        path.unlink()
     train_here(str(half), "--set", "mesh=null", "--set", "layouts={}", "--set", "batch_size_per_gpu=32", "--resume")
     train_here(str(write(tmp, "reference", {**RUN, "batch_size_per_gpu": 32})))
-    return tmp, output
-
-
-# Every evaluation "fails to improve" by min_delta 10 after the first: the rate halves at steps 4 and 6
-# (plateau, patience 1) and early stopping (patience 2) ends the run at step 6 of 12; every evaluation's
-# loss is the lowest so far (min_delta 0), so each replaces the best checkpoint, written by both workers.
-DECIDED = {
-    **RUN, "max_steps": 12, "eval_steps": 2, "save_checkpoint_steps": 4,
-    "early_stopping": {"monitor": "loss", "patience": 2, "min_delta": 10},
-    "lr_control": {"mode": "plateau", "monitor": "loss", "patience": 1, "min_delta": 10, "factor": 0.5},
-    "restore_best_checkpoint": True,
-}
-
-
-@pytest.fixture(scope="module")
-def decided(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mesh-workers-decided")
-    output = workers(write(tmp, "workers", {**DECIDED, **MESH}))
-    train_here(str(write(tmp, "reference", {**DECIDED, "batch_size_per_gpu": 32})))
     return tmp, output
 
 
@@ -99,7 +93,7 @@ def test_two_workers_on_one_2x2_mesh_equal_one_process_on_the_global_batch(runs)
     tmp, output = runs
     assert_equal_runs(tmp / "workers", tmp / "reference", range(1, 7))
     evaluated, expected = evaluations(tmp / "workers"), evaluations(tmp / "reference")
-    assert sorted(evaluated) == sorted(expected) == [3, 6]
+    assert sorted(evaluated) == sorted(expected) == [2, 4, 6]
     for step, loss in expected.items():
         assert abs(evaluated[step] - loss) <= 1e-4, (step, evaluated[step], loss)
     # Each worker says what it is, and that the mesh spans both.
@@ -131,12 +125,12 @@ def test_a_checkpoint_of_the_workers_resumes_in_one_process_without_a_mesh(runs)
     assert_equal_runs(tmp / "half", tmp / "reference", range(1, 7))
 
 
-def test_the_workers_of_a_mesh_share_the_chiefs_decisions_as_one_process_makes_them(decided):
+def test_the_workers_of_a_mesh_share_the_chiefs_decisions_as_one_process_makes_them(runs):
     """lr_control's rates, early stopping's step and the best checkpoint of one process without a mesh."""
     import numpy as np
     import tensorflow as tf
 
-    tmp, output = decided
+    tmp, output = runs
     assert_equal_runs(tmp / "workers", tmp / "reference", range(1, 7))  # stopped at step 6 of 12
     rates = {logdir: {record["step"]: record["learning_rate"] for record in read_jsonl(tmp / logdir / "metrics.jsonl")
                       if "learning_rate" in record} for logdir in ("workers", "reference")}
