@@ -46,9 +46,12 @@ def _train(cli, config, logdir, *overrides):
 
 # The short run: 20 updates (or one epoch) with a progress line every 10 and summaries at
 # the end, so the loop still builds its three kinds of step (several updates in one call,
-# an update with statistics, one with summaries too), and two checkpoints: the shape of the
-# example's own run, in a few seconds. Its time is tracing: more updates show nothing more here.
-SHORT = {"eval_steps": "null", "save_checkpoint_steps": 10, "print_loss_steps": 10, "save_summaries_steps": 20}
+# an update with statistics, one with summaries too), two checkpoints and the final evaluation:
+# the shape of the example's own run, in a few seconds. Its time is tracing: more updates show
+# nothing more here. No export (a fifth of what is left: a SavedModel traced again), which
+# tests/models/test_export.py checks, and test_mixed_precision_reaches_float32_accuracy's runs do.
+SHORT = {"eval_steps": "null", "save_checkpoint_steps": 10, "print_loss_steps": 10, "save_summaries_steps": 20,
+         "export": "false"}
 
 # Examples whose short run differs.
 SHORTER = {
