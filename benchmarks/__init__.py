@@ -21,3 +21,24 @@ def command_line(main):
     quiet.import_tensorflow()  # as a command imports it: Keras without its optional bridges
     main()
     _exit_without_teardown(0)
+
+
+def opt_train_here(args):
+    """`opt-train <args>` in this process, its output kept as a fresh process's would be: (exit code, output).
+
+    What a `--quick` run does where a full one starts a fresh process: each costs a
+    TensorFlow import, and no `--quick` figure means anything.
+    """
+    import contextlib
+    import io
+
+    from opt_train.cli.main import cli
+
+    output = io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        try:
+            cli.main(args=args, prog_name="opt-train")  # the command's group: no process-wide log settings
+        except SystemExit as stop:
+            code = stop.code
+    return code, output.getvalue()

@@ -20,8 +20,9 @@ gradients' sum; 2 workers: one all-reduce of the gradients between 2 processes).
 A missed target under its ceiling is the machine's, not the pipeline's.
 
 `--quick` (the smoke test's) trains 30 updates a contender, one round, and runs the
-one-process baseline and the replicas floor in this process rather than in fresh ones:
-each fresh process costs a TensorFlow import, and no --quick figure means anything.
+one-process baseline and the replicas floor in this process rather than in fresh ones,
+and starts the workers floor's workers from it: each fresh process costs a TensorFlow
+import, and no --quick figure means anything.
 
 On a machine with GPUs, `--replicas 1 2 4 8` prints a scaling table: samples/s at
 `num_gpus: N` with `batch_size_per_gpu` fixed, against N x one GPU (the published
@@ -31,8 +32,6 @@ anchor: ResNet-50 in TF, 8 A100s at 91.5 % of linear).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import statistics
@@ -73,18 +72,12 @@ def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG, in_process=
 
 
 def _train_here(args):
-    """`opt-train <args>` in this process, its output kept as a fresh process's would be."""
-    from opt_train.cli.main import cli
+    """`opt-train <args>` in this process (`benchmarks.opt_train_here`); raises if it failed."""
+    from benchmarks import opt_train_here
 
-    output = io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            cli.main(args=args, prog_name="opt-train")  # the command's group: no process-wide log settings
-        except SystemExit as stop:
-            code = stop.code
+    code, output = opt_train_here(args)
     if code:
-        raise RuntimeError(f"opt-train {' '.join(args)} failed ({code}):\n{output.getvalue()[-3000:]}")
+        raise RuntimeError(f"opt-train {' '.join(args)} failed ({code}):\n{output[-3000:]}")
 
 
 def contenders(batch, replicas=(2,), workers=(2,)):
@@ -121,14 +114,16 @@ def measure(rounds, steps, batch, replicas=(2,), workers=(2,), settings=(), conf
 def floors(batch, settings=(), config=CONFIG, in_process=False):
     """{name: what 2 replicas / 2 workers add to an update, measured alone} (benchmarks/floors.py).
 
-    `in_process`: the replicas floor is timed in this process (`--quick`); the workers one starts its own.
+    `in_process` (`--quick`): the replicas floor is timed in this process, and the workers
+    floor's 2 workers are started from it, not from a `python -m benchmarks.floors` process
+    of their own (which imports TensorFlow to start them).
     """
     found = {}
     for name, form in (("replicas_2", "replicas"), ("workers_2", "workers")):
-        if in_process and form == "replicas":
+        if in_process:
             from benchmarks import floors as measured
 
-            found[name] = measured.replicas(str(config), [*settings, f"batch_size_per_gpu={batch}"])
+            found[name] = getattr(measured, form)(str(config), [*settings, f"batch_size_per_gpu={batch}"])
             continue
         argv = [sys.executable, "-m", "benchmarks.floors", form, "--config", str(config),
                 *[arg for s in (*settings, f"batch_size_per_gpu={batch}") for arg in ("--set", s)]]

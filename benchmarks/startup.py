@@ -1,4 +1,7 @@
-"""Start-up costs, each in a fresh process: `opt-train --help`, TensorFlow's import, the first training step, `--benchmark`."""
+"""Start-up costs, each in a fresh process: `opt-train --help`, TensorFlow's import, the first training step, `--benchmark`.
+
+`--benchmark` runs in the harness's own process in a `--quick` run (`cli_benchmark(in_process=True)`).
+"""
 
 from __future__ import annotations
 
@@ -103,19 +106,30 @@ def first_step_seconds(config_path, overrides, logdir):
     return {"to_first_step_seconds": first_step, "to_exit_seconds": total}
 
 
-def cli_benchmark(config_path, overrides, logdir, max_steps):
-    """`opt-train train --benchmark`: its own time per step and samples/s, read from final_metrics.json."""
-    args = [*_command(), "train", "--config", config_path, "--benchmark", "--no-resume",
+def cli_benchmark(config_path, overrides, logdir, max_steps, in_process=False):
+    """`opt-train train --benchmark`: its own time per step and samples/s, read from final_metrics.json.
+
+    `in_process` (`--quick`): the command runs in this process (`benchmarks.opt_train_here`),
+    not in a fresh one.
+    """
+    args = ["train", "--config", config_path, "--benchmark", "--no-resume",
             "--set", f"max_steps={max_steps}", "--set", f"logdir={logdir}"]
     for override in overrides:
         args += ["--set", override]
-    finished = subprocess.run(args, capture_output=True, text=True, env=_environment(),
-                              timeout=SUBPROCESS_TIMEOUT_SECONDS)
-    if finished.returncode != 0:
-        return {"error": f"exit code {finished.returncode}: {finished.stderr.strip()[-400:]}"}
+    if in_process:
+        from benchmarks import opt_train_here
+
+        code, stdout = opt_train_here(args)
+        stderr = stdout
+    else:
+        finished = subprocess.run([*_command(), *args], capture_output=True, text=True, env=_environment(),
+                                  timeout=SUBPROCESS_TIMEOUT_SECONDS)
+        code, stdout, stderr = finished.returncode, finished.stdout, finished.stderr
+    if code != 0:
+        return {"error": f"exit code {code}: {stderr.strip()[-400:]}"}
     with open(os.path.join(logdir, "final_metrics.json"), encoding="utf-8") as handle:
         metrics = json.load(handle)
-    summary = [line for line in finished.stdout.splitlines() if line.startswith("benchmark:")]
+    summary = [line for line in stdout.splitlines() if line.startswith("benchmark:")]
     return {
         **{key.split("/", 1)[1]: value for key, value in metrics.items() if key.startswith("benchmark/")},
         "printed": summary[-1] if summary else None,
