@@ -107,10 +107,13 @@ def _read_records(logdir):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+# Ctrl-C from outside, here. A scheduler's SIGTERM takes the same handler (training/interrupt.py's SIGNALS):
+# its exit 143, its line and its exact resume (every figure and tensor) are tests/training/test_stop_figures.py's
+# on-SIGTERM case, and a SIGTERM sent from outside is test_tf_launch.py's, to the launcher.
 @pytest.mark.slow
-@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sent", [signal.SIGINT], ids=["SIGINT"])
 def test_a_signalled_run_saves_where_it_stopped_and_resumes_exactly(sent, cli, write_config, tmp_path):
-    """Ctrl-C or a scheduler's SIGTERM: a checkpoint at an update boundary, exit 128 + signal."""
+    """Ctrl-C: a checkpoint at an update boundary, exit 128 + signal."""
     leg = {**RUN, "max_steps": 100000, "save_checkpoint_steps": 100000, "logdir": str(tmp_path / "legs")}
     config = write_config(leg, "legs.yaml")
     job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(config)],

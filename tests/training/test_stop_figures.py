@@ -6,11 +6,12 @@ resumed by the same command; every record of metrics.jsonl, every TensorBoard sc
 (as TensorBoard itself reads the event files) and final_metrics.json must equal an
 uninterrupted run's.
 
-Only the stopped runs need a process apart from the tests': the five signalled ones share
-one (a stop ends `main` with SystemExit, and the next run starts in the same interpreter:
-one TensorFlow import for the five), each killed one has its own. The resumes and the
-uninterrupted runs are `opt-train train` in this process, as tests/e2e/test_resume.py
-resumes.
+Only the stopped runs need a process apart from the tests': the five signalled ones and
+one killed share one (a stop ends `main` with SystemExit, and the next run starts in the
+same interpreter: one TensorFlow import for the six; the killed run is its last), the
+other killed one has its own. The resumes and the uninterrupted runs are `opt-train
+train` in this process, as tests/e2e/test_resume.py resumes; a resumed run ends with the
+uninterrupted run's figures and every tensor of its checkpoint.
 """
 
 import json
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import END_WITHOUT_TEARDOWN, read_json, read_jsonl, run_python, write_run
+from tests.support import END_WITHOUT_TEARDOWN, checkpoint_tensors, read_json, read_jsonl, run_python, write_run
 
 # Dropout, momentum and a decaying lr (as test_resume), reporting every 5 updates, summaries
 # every 3, an evaluation every 6 and a checkpoint every 4, so the cadences cross.
@@ -50,7 +51,8 @@ TIMED = ("samples_per_sec",)
 
 # `opt-train train` runs one after another, each sending itself its signal once its train op
 # reaches its update `at`: the real handler (or, for SIGKILL, the kernel) takes it from there.
-# Prints each run's exit code and what it wrote to stderr, as JSON.
+# Prints each run's exit code and what it wrote to stderr, as a JSON line once the run ends
+# (a run killed by SIGKILL ends the process: the runs before it have theirs).
 STOPPER = """
 import contextlib, io, json, os, sys
 from opt_train import quiet
@@ -75,8 +77,7 @@ for at, number, config in json.loads(sys.argv[1]):
             code = 0
         except SystemExit as end:
             code = end.code
-    ended.append({"code": code, "stderr": stderr.getvalue()})
-print(json.dumps(ended))
+    print(json.dumps({"code": code, "stderr": stderr.getvalue()}), flush=True)
 """ + END_WITHOUT_TEARDOWN
 
 # The signalled cases: (id, at, signal, on_nonfinite: stop). SIGINT before, on and after a
@@ -89,6 +90,9 @@ SIGNALLED = {
     "on-SIGTERM": (10, signal.SIGTERM, True),
     "ctrl-c-default-check": (7, signal.SIGINT, False),
 }
+# The SIGKILLed cases (id: at), of RUN: on a report, and one after a checkpoint. "on" is the
+# last run of the signalled ones' process.
+KILLED = {"on": 10, "after-checkpoint": 13}
 
 
 def _scalars(logdir):
@@ -145,19 +149,23 @@ def _case_run(stop_every_update):
 
 
 def _stop(plan):
-    """Runs `plan` ([(at, signal, config)]) in one fresh process; returns each run's {code, stderr}."""
+    """Runs `plan` ([(at, signal, config)]) in one fresh process; returns it and the {code, stderr} of each run that ended."""
     stopped = run_python(STOPPER, json.dumps([[at, int(sent), str(config)] for at, sent, config in plan]))
-    return stopped, (json.loads(stopped.stdout.splitlines()[-1]) if stopped.returncode == 0 else None)
+    return stopped, [json.loads(line) for line in stopped.stdout.splitlines() if line.startswith("{")]
 
 
 @pytest.fixture(scope="module")
 def signalled(tmp_path_factory):
-    """{case: (how its stopped run ended, its folder)} for SIGNALLED, all stopped in one process."""
-    folders = {case: tmp_path_factory.mktemp(case) for case in SIGNALLED}
+    """{case: (how its stopped run ended, its folder)} for SIGNALLED and the killed "on", all stopped in one process.
+
+    The killed run ends the process, its code the process's."""
+    folders = {case: tmp_path_factory.mktemp(case) for case in [*SIGNALLED, "on"]}
     plan = [(at, sent, write_run(folders[case], _case_run(every))) for case, (at, sent, every) in SIGNALLED.items()]
+    plan.append((KILLED["on"], signal.SIGKILL, write_run(folders["on"], RUN)))
     stopped, ended = _stop(plan)
-    assert stopped.returncode == 0, stopped.stderr[-3000:]
-    return {case: (end, folders[case]) for case, end in zip(SIGNALLED, ended)}
+    assert len(ended) == len(SIGNALLED), stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    ended.append({"code": stopped.returncode, "stderr": stopped.stderr})
+    return {case: (end, folders[case]) for case, end in zip([*SIGNALLED, "on"], ended)}
 
 
 def _resume(folder):
@@ -174,6 +182,10 @@ def _assert_same_figures(logdir, reference):
     assert actual == expected
     assert _scalars(logdir) == _scalars(reference)
     assert read_json(logdir / "final_metrics.json") == read_json(reference / "final_metrics.json")
+    expected, actual = checkpoint_tensors(reference), checkpoint_tensors(logdir)
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
 @pytest.mark.parametrize("case", ["before-SIGINT", "on-SIGINT", "after-SIGINT", "on-SIGTERM"])
@@ -199,11 +211,15 @@ def test_ctrl_c_landing_on_a_report_by_the_default_stop_check(signalled, uninter
     _assert_same_figures(logdir, uninterrupted(RUN))
 
 
-@pytest.mark.parametrize("at", [10, 13], ids=["on", "after-checkpoint"])
-def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(at, tmp_path, uninterrupted):
+@pytest.mark.parametrize("case", list(KILLED))
+def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(case, tmp_path, signalled, uninterrupted):
     """Resumed from the last checkpoint (every 4): the killed run's later records and events are dropped."""
-    stopped, _ = _stop([(at, signal.SIGKILL, write_run(tmp_path, RUN))])
-    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
-    logdir = _resume(tmp_path)
+    if case in signalled:
+        killed, folder = signalled[case]
+    else:
+        process, _ = _stop([(KILLED[case], signal.SIGKILL, write_run(tmp_path, RUN))])
+        killed, folder = {"code": process.returncode, "stderr": process.stderr}, tmp_path
+    assert killed["code"] == -signal.SIGKILL, killed["stderr"][-3000:]
+    logdir = _resume(folder)
     _assert_same_figures(logdir, uninterrupted(RUN))
     assert json.loads((logdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == RUN["max_steps"]
