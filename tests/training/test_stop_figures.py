@@ -6,12 +6,13 @@ resumed by the same command; every record of metrics.jsonl, every TensorBoard sc
 (as TensorBoard itself reads the event files) and final_metrics.json must equal an
 uninterrupted run's.
 
-Only the stopped runs need a process apart from the tests': the five signalled ones and
-one killed share one (a stop ends `main` with SystemExit, and the next run starts in the
-same interpreter: one TensorFlow import for the six; the killed run is its last), the
-other killed one has its own. The resumes and the uninterrupted runs are `opt-train
-train` in this process, as tests/e2e/test_resume.py resumes; a resumed run ends with the
-uninterrupted run's figures and every tensor of its checkpoint.
+Only the stopped runs need a process apart from the tests', and all seven share one
+TensorFlow import: each killed run is a child process forked once TensorFlow is imported
+(before this process runs anything), the five signalled ones run in the process itself (a
+stop ends `main` with SystemExit, and the next run starts in the same interpreter). The
+resumes and the uninterrupted runs are `opt-train train` in this process, as
+tests/e2e/test_resume.py resumes; a resumed run ends with the uninterrupted run's figures
+and every tensor of its checkpoint.
 """
 
 import json
@@ -51,10 +52,11 @@ TIMED = ("samples_per_sec",)
 
 # `opt-train train` runs one after another, each sending itself its signal once its train op
 # reaches its update `at`: the real handler (or, for SIGKILL, the kernel) takes it from there.
-# Prints each run's exit code and what it wrote to stderr, as a JSON line once the run ends
-# (a run killed by SIGKILL ends the process: the runs before it have theirs).
+# A SIGKILLed run is a child process of its own, forked when it comes (the killed runs come
+# first: nothing of TensorFlow's runtime has started in this process yet), its code the
+# child's. Prints each run's exit code and what it wrote to stderr, as a JSON line.
 STOPPER = """
-import contextlib, io, json, os, sys
+import contextlib, io, json, os, signal, sys
 from opt_train import quiet
 quiet.import_tensorflow()
 from opt_train.training import loop
@@ -67,9 +69,17 @@ def count_and_stop(self, mean_loss):
         self._sent = True
         os.kill(os.getpid(), stop["number"])
 loop.Session._count_losses = count_and_stop
-ended = []
 for at, number, config in json.loads(sys.argv[1]):
     stop.update(at=at, number=number)
+    if number == signal.SIGKILL:
+        child = os.fork()
+        if child == 0:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            with contextlib.suppress(BaseException):
+                main(["train", "--config", config])
+            os._exit(0)
+        print(json.dumps({"code": os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), "stderr": ""}), flush=True)
+        continue
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         try:
@@ -90,8 +100,7 @@ SIGNALLED = {
     "on-SIGTERM": (10, signal.SIGTERM, True),
     "ctrl-c-default-check": (7, signal.SIGINT, False),
 }
-# The SIGKILLed cases (id: at), of RUN: on a report, and one after a checkpoint. "on" is the
-# last run of the signalled ones' process.
+# The SIGKILLed cases (id: at), of RUN: on a report, and one after a checkpoint.
 KILLED = {"on": 10, "after-checkpoint": 13}
 
 
@@ -148,24 +157,16 @@ def _case_run(stop_every_update):
     return {**RUN, "on_nonfinite": "stop"} if stop_every_update else RUN
 
 
-def _stop(plan):
-    """Runs `plan` ([(at, signal, config)]) in one fresh process; returns it and the {code, stderr} of each run that ended."""
-    stopped = run_python(STOPPER, json.dumps([[at, int(sent), str(config)] for at, sent, config in plan]))
-    return stopped, [json.loads(line) for line in stopped.stdout.splitlines() if line.startswith("{")]
-
-
 @pytest.fixture(scope="module")
 def signalled(tmp_path_factory):
-    """{case: (how its stopped run ended, its folder)} for SIGNALLED and the killed "on", all stopped in one process.
-
-    The killed run ends the process, its code the process's."""
-    folders = {case: tmp_path_factory.mktemp(case) for case in [*SIGNALLED, "on"]}
-    plan = [(at, sent, write_run(folders[case], _case_run(every))) for case, (at, sent, every) in SIGNALLED.items()]
-    plan.append((KILLED["on"], signal.SIGKILL, write_run(folders["on"], RUN)))
-    stopped, ended = _stop(plan)
-    assert len(ended) == len(SIGNALLED), stopped.stdout[-3000:] + stopped.stderr[-3000:]
-    ended.append({"code": stopped.returncode, "stderr": stopped.stderr})
-    return {case: (end, folders[case]) for case, end in zip([*SIGNALLED, "on"], ended)}
+    """{case: (how its stopped run ended, its folder)} for KILLED and SIGNALLED, all stopped in one fresh process."""
+    cases = {**{case: (at, signal.SIGKILL, False) for case, at in KILLED.items()}, **SIGNALLED}
+    folders = {case: tmp_path_factory.mktemp(case) for case in cases}
+    plan = [[at, int(sent), str(write_run(folders[case], _case_run(every)))] for case, (at, sent, every) in cases.items()]
+    stopped = run_python(STOPPER, json.dumps(plan))
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    ended = [json.loads(line) for line in stopped.stdout.splitlines() if line.startswith("{")]
+    return {case: (end, folders[case]) for case, end in zip(cases, ended, strict=True)}
 
 
 def _resume(folder):
@@ -212,14 +213,10 @@ def test_ctrl_c_landing_on_a_report_by_the_default_stop_check(signalled, uninter
 
 
 @pytest.mark.parametrize("case", list(KILLED))
-def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(case, tmp_path, signalled, uninterrupted):
+def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(case, signalled, uninterrupted):
     """Resumed from the last checkpoint (every 4): the killed run's later records and events are dropped."""
-    if case in signalled:
-        killed, folder = signalled[case]
-    else:
-        process, _ = _stop([(KILLED[case], signal.SIGKILL, write_run(tmp_path, RUN))])
-        killed, folder = {"code": process.returncode, "stderr": process.stderr}, tmp_path
-    assert killed["code"] == -signal.SIGKILL, killed["stderr"][-3000:]
+    killed, folder = signalled[case]
+    assert killed["code"] == -signal.SIGKILL
     logdir = _resume(folder)
     _assert_same_figures(logdir, uninterrupted(RUN))
     assert json.loads((logdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == RUN["max_steps"]
