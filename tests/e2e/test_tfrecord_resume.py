@@ -31,7 +31,9 @@ def _state(logdir):
     return {n: reader.get_tensor(n) for n in names}
 
 
+# No test here looks at logdir/export: the runs in this process skip the end-of-run export (conftest.py: no_export).
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_export")
 def test_killed_tfrecord_run_resumes_exactly(cli, tmp_path):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.normal(size=(250, 6)).astype(np.float32), y=rng.integers(0, 3, size=250))
