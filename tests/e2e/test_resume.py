@@ -91,11 +91,23 @@ def forked():
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     server = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "PYTHONPATH": path})
+    started = []
+
+    def start(config, stderr):
+        started.append(Forked(server, config, stderr))
+        return started[-1]
+
     try:
-        yield lambda config, stderr: Forked(server, config, stderr)
+        yield start
     finally:
+        for job in started:  # a test that failed before its job ended leaves no run behind
+            if os.path.exists(f"/proc/{job.pid}"):
+                job.send_signal(signal.SIGKILL)
         server.stdin.close()
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=60)
+        finally:
+            server.kill()
 
 
 @pytest.mark.slow  # 22 s measured on 2 loaded cores: three runs
