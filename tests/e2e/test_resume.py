@@ -87,7 +87,8 @@ class Forked:
 
 @pytest.fixture(scope="module")
 def forked():
-    """`forked(config, stderr) -> Forked`: `opt-train train --config config` forked by one process that imported TensorFlow."""
+    """`forked(config, stderr) -> Forked`: `opt-train train --config config`, forked by one process that
+    imported TensorFlow."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     server = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "PYTHONPATH": path})

@@ -162,7 +162,8 @@ def signalled(tmp_path_factory):
     """{case: (how its stopped run ended, its folder)} for KILLED and SIGNALLED, all stopped in one fresh process."""
     cases = {**{case: (at, signal.SIGKILL, False) for case, at in KILLED.items()}, **SIGNALLED}
     folders = {case: tmp_path_factory.mktemp(case) for case in cases}
-    plan = [[at, int(sent), str(write_run(folders[case], _case_run(every)))] for case, (at, sent, every) in cases.items()]
+    plan = [[at, int(sent), str(write_run(folders[case], _case_run(every)))]
+            for case, (at, sent, every) in cases.items()]
     stopped = run_python(STOPPER, json.dumps(plan))
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     ended = [json.loads(line) for line in stopped.stdout.splitlines() if line.startswith("{")]
