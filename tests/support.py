@@ -4,10 +4,8 @@ import contextlib
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import yaml
 
@@ -79,24 +77,6 @@ LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORL
 # What `quiet.configure` sets for `--verbose`: a test's process (an xdist worker) passes its
 # environment on to every later test's child processes (tests/conftest.py checks it is kept).
 QUIET_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", quiet.VERBOSE_VARIABLE)
-
-
-def kill_while_saving(config, index, settle_seconds):
-    """Starts `opt-train train --config config`, lets it save for `settle_seconds` after `index` appears, SIGKILLs it.
-
-    `index` is the run's `checkpoints/checkpoint` file; with `save_checkpoint_steps: 1` the kill lands
-    in a stream of saves, one per update.
-    """
-    job = subprocess.Popen([sys.executable, "-m", "opt_train", "train", "--config", str(config)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not index.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(settle_seconds)
-    finally:
-        job.send_signal(signal.SIGKILL)
-        job.wait()
 
 
 def unlaunched_environ(**extra):

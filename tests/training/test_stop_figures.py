@@ -6,11 +6,13 @@ resumed by the same command; every record of metrics.jsonl, every TensorBoard sc
 (as TensorBoard itself reads the event files) and final_metrics.json must equal an
 uninterrupted run's.
 
-Only the stopped runs need a process apart from the tests': the five signalled ones share
-one (a stop ends `main` with SystemExit, and the next run starts in the same interpreter:
-one TensorFlow import for the five), each killed one has its own. The resumes and the
-uninterrupted runs are `opt-train train` in this process, as tests/e2e/test_resume.py
-resumes.
+Only the stopped runs need a process apart from the tests', and all seven share one
+TensorFlow import: each killed run is a child process forked once TensorFlow is imported
+(before this process runs anything), the five signalled ones run in the process itself (a
+stop ends `main` with SystemExit, and the next run starts in the same interpreter). The
+resumes and the uninterrupted runs are `opt-train train` in this process, as
+tests/e2e/test_resume.py resumes; a resumed run ends with the uninterrupted run's figures
+and every tensor of its checkpoint.
 """
 
 import json
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import END_WITHOUT_TEARDOWN, read_json, read_jsonl, run_python, write_run
+from tests.support import END_WITHOUT_TEARDOWN, checkpoint_tensors, read_json, read_jsonl, run_python, write_run
 
 # Dropout, momentum and a decaying lr (as test_resume), reporting every 5 updates, summaries
 # every 3, an evaluation every 6 and a checkpoint every 4, so the cadences cross.
@@ -50,9 +52,11 @@ TIMED = ("samples_per_sec",)
 
 # `opt-train train` runs one after another, each sending itself its signal once its train op
 # reaches its update `at`: the real handler (or, for SIGKILL, the kernel) takes it from there.
-# Prints each run's exit code and what it wrote to stderr, as JSON.
+# A SIGKILLed run is a child process of its own, forked when it comes (the killed runs come
+# first: nothing of TensorFlow's runtime has started in this process yet), its code the
+# child's. Prints each run's exit code and what it wrote to stderr, as a JSON line.
 STOPPER = """
-import contextlib, io, json, os, sys
+import contextlib, io, json, os, signal, sys
 from opt_train import quiet
 quiet.import_tensorflow()
 from opt_train.training import loop
@@ -65,9 +69,17 @@ def count_and_stop(self, mean_loss):
         self._sent = True
         os.kill(os.getpid(), stop["number"])
 loop.Session._count_losses = count_and_stop
-ended = []
 for at, number, config in json.loads(sys.argv[1]):
     stop.update(at=at, number=number)
+    if number == signal.SIGKILL:
+        child = os.fork()
+        if child == 0:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            with contextlib.suppress(BaseException):
+                main(["train", "--config", config])
+            os._exit(0)
+        print(json.dumps({"code": os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), "stderr": ""}), flush=True)
+        continue
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         try:
@@ -75,8 +87,7 @@ for at, number, config in json.loads(sys.argv[1]):
             code = 0
         except SystemExit as end:
             code = end.code
-    ended.append({"code": code, "stderr": stderr.getvalue()})
-print(json.dumps(ended))
+    print(json.dumps({"code": code, "stderr": stderr.getvalue()}), flush=True)
 """ + END_WITHOUT_TEARDOWN
 
 # The signalled cases: (id, at, signal, on_nonfinite: stop). SIGINT before, on and after a
@@ -89,6 +100,8 @@ SIGNALLED = {
     "on-SIGTERM": (10, signal.SIGTERM, True),
     "ctrl-c-default-check": (7, signal.SIGINT, False),
 }
+# The SIGKILLed cases (id: at), of RUN: on a report, and one after a checkpoint.
+KILLED = {"on": 10, "after-checkpoint": 13}
 
 
 def _scalars(logdir):
@@ -144,20 +157,17 @@ def _case_run(stop_every_update):
     return {**RUN, "on_nonfinite": "stop"} if stop_every_update else RUN
 
 
-def _stop(plan):
-    """Runs `plan` ([(at, signal, config)]) in one fresh process; returns each run's {code, stderr}."""
-    stopped = run_python(STOPPER, json.dumps([[at, int(sent), str(config)] for at, sent, config in plan]))
-    return stopped, (json.loads(stopped.stdout.splitlines()[-1]) if stopped.returncode == 0 else None)
-
-
 @pytest.fixture(scope="module")
 def signalled(tmp_path_factory):
-    """{case: (how its stopped run ended, its folder)} for SIGNALLED, all stopped in one process."""
-    folders = {case: tmp_path_factory.mktemp(case) for case in SIGNALLED}
-    plan = [(at, sent, write_run(folders[case], _case_run(every))) for case, (at, sent, every) in SIGNALLED.items()]
-    stopped, ended = _stop(plan)
+    """{case: (how its stopped run ended, its folder)} for KILLED and SIGNALLED, all stopped in one fresh process."""
+    cases = {**{case: (at, signal.SIGKILL, False) for case, at in KILLED.items()}, **SIGNALLED}
+    folders = {case: tmp_path_factory.mktemp(case) for case in cases}
+    plan = [[at, int(sent), str(write_run(folders[case], _case_run(every)))]
+            for case, (at, sent, every) in cases.items()]
+    stopped = run_python(STOPPER, json.dumps(plan))
     assert stopped.returncode == 0, stopped.stderr[-3000:]
-    return {case: (end, folders[case]) for case, end in zip(SIGNALLED, ended)}
+    ended = [json.loads(line) for line in stopped.stdout.splitlines() if line.startswith("{")]
+    return {case: (end, folders[case]) for case, end in zip(cases, ended, strict=True)}
 
 
 def _resume(folder):
@@ -174,6 +184,10 @@ def _assert_same_figures(logdir, reference):
     assert actual == expected
     assert _scalars(logdir) == _scalars(reference)
     assert read_json(logdir / "final_metrics.json") == read_json(reference / "final_metrics.json")
+    expected, actual = checkpoint_tensors(reference), checkpoint_tensors(logdir)
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
 @pytest.mark.parametrize("case", ["before-SIGINT", "on-SIGINT", "after-SIGINT", "on-SIGTERM"])
@@ -199,11 +213,11 @@ def test_ctrl_c_landing_on_a_report_by_the_default_stop_check(signalled, uninter
     _assert_same_figures(logdir, uninterrupted(RUN))
 
 
-@pytest.mark.parametrize("at", [10, 13], ids=["on", "after-checkpoint"])
-def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(at, tmp_path, uninterrupted):
+@pytest.mark.parametrize("case", list(KILLED))
+def test_kill_9_then_resume_leaves_every_figure_as_uninterrupted(case, signalled, uninterrupted):
     """Resumed from the last checkpoint (every 4): the killed run's later records and events are dropped."""
-    stopped, _ = _stop([(at, signal.SIGKILL, write_run(tmp_path, RUN))])
-    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
-    logdir = _resume(tmp_path)
+    killed, folder = signalled[case]
+    assert killed["code"] == -signal.SIGKILL
+    logdir = _resume(folder)
     _assert_same_figures(logdir, uninterrupted(RUN))
     assert json.loads((logdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == RUN["max_steps"]
