@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -13,10 +14,10 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.support import SMALL_RUN, main_code, read_json, read_jsonl, run_python
+from tests.support import SMALL_RUN, main_code, read_json, read_jsonl, run_python, write_run
 
 # Found, not imported: importing mlflow costs 1.5 s at every xdist worker's collection, fast subset included.
-pytestmark = [pytest.mark.slow,  # a server start and two training runs
+pytestmark = [pytest.mark.slow,  # a server start, a sweep of two trials and several training runs
               pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs the [mlflow] extra")]
 
 
@@ -62,20 +63,43 @@ def server(tmp_path_factory):
     process.wait()
 
 
-def test_a_run_logs_params_figures_final_metrics_and_artifacts(server, cli, write_config, tmp_path):
+@pytest.fixture(scope="module")
+def sweep(server, tmp_path_factory):
+    """The folder of a sweep of two trials tracked on the server, experiment 'observe-sweep'.
+
+    Its trials are the runs the tests read back: each an `opt-train train` process of its own, as
+    always, here two at a time (the suite's sweep of real trials side by side, both logging to the
+    server at once), with an evaluation and an export.
+    """
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    folder = tmp_path_factory.mktemp("tracked-sweep")
+    config = write_run(folder, {**SMALL_RUN, "max_steps": 6, "print_loss_steps": 2, "eval_steps": 3,
+                                "tracking": {"mlflow": {"uri": server, "experiment": "observe-sweep"}}})
+    out = folder / "sweep"
+    done = CliRunner().invoke(cli, ["sweep", "-c", str(config), "--grid", "optimizer_params.learning_rate=0.1,0.01",
+                                    "--metric", "eval/accuracy", "--mode", "max", "--out", str(out),
+                                    "--parallel", "2"], prog_name="opt-train")
+    assert done.exit_code == 0, done.output[-3000:] + repr(done.exception)
+    return out
+
+
+def test_a_run_logs_params_figures_final_metrics_and_artifacts(server, sweep):
     from mlflow.tracking import MlflowClient
 
-    config = write_config({**SMALL_RUN, "max_steps": 6, "print_loss_steps": 2, "eval_steps": 3,
-                           "tracking": {"mlflow": {"uri": server, "experiment": "observe-test"}}})
-    result = cli("train", "--config", config)
-    assert result.exit_code == 0, result.output
-    logdir = tmp_path / "run"
+    # One of the sweep's trials: a run as `opt-train train` makes it, the sweep's child in MLflow.
+    out = sweep
+    trials = read_jsonl(out / "results.jsonl")
+    (record,) = [r for r in trials if r["overrides"]["optimizer_params.learning_rate"] == 0.01]
+    logdir = pathlib.Path(record["logdir"])
     run_id = read_json(logdir / "mlflow_run.json")["run_id"]
-    assert f"MLflow: run {run_id} in experiment 'observe-test' at {server}" in result.output
+    assert f"MLflow: run {run_id} in experiment 'observe-sweep' at {server}" in (logdir / "train.log").read_text()
 
     client = MlflowClient(tracking_uri=server)
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.info.run_name == "run"
+    assert run.info.status == "FINISHED" and run.info.run_name == logdir.name
     resolved = yaml.safe_load((logdir / "config.yaml").read_text())
     params = run.data.params
     assert params["optimizer"] == "Adam" and params["optimizer_params.learning_rate"] == "0.01"
@@ -100,7 +124,7 @@ def test_a_run_logs_params_figures_final_metrics_and_artifacts(server, cli, writ
 def test_a_resumed_run_continues_its_mlflow_run(server, cli, write_config, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    run = {**SMALL_RUN, "max_steps": 4, "print_loss_steps": 2, "tracking": {"mlflow": {"uri": server}}}
+    run = {**SMALL_RUN, "max_steps": 4, "print_loss_steps": 2, "export": False, "tracking": {"mlflow": {"uri": server}}}
     assert cli("train", "--config", write_config(run)).exit_code == 0
     first = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
     assert cli("train", "--config", write_config({**run, "max_steps": 6})).exit_code == 0
@@ -111,7 +135,7 @@ def test_a_resumed_run_continues_its_mlflow_run(server, cli, write_config, tmp_p
 
 def test_a_tracker_that_is_down_is_one_warning_line_and_the_run_succeeds(cli, write_config, tmp_path):
     down = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    config = write_config({**SMALL_RUN, "max_steps": 4, "print_loss_steps": 2,
+    config = write_config({**SMALL_RUN, "max_steps": 4, "print_loss_steps": 2, "export": False,
                            "tracking": {"mlflow": {"uri": down}}})
     result = cli("train", "--config", config)
     assert result.exit_code == 0, result.output
@@ -123,7 +147,8 @@ def test_a_tracker_that_is_down_is_one_warning_line_and_the_run_succeeds(cli, wr
 def test_without_uri_the_store_is_sqlite_beside_the_logdir(cli, write_config, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "tracking": {"mlflow": {}}})
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "export": False,
+                           "tracking": {"mlflow": {}}})
     assert cli("train", "--config", config).exit_code == 0
     store = f"sqlite:///{tmp_path}/mlflow.db"
     run_id = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
@@ -141,7 +166,7 @@ def test_a_relative_sqlite_store_is_tracked_with_artifacts_where_mlflows_client_
     # The form MLflow's own messages recommend, from the folder the user works in.
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "export": False,
                            "tracking": {"mlflow": {"uri": "sqlite:///mlflow.db", "experiment": "relative"}}})
     result = cli("train", "--config", config)
     assert result.exit_code == 0, result.output
@@ -167,7 +192,8 @@ def test_mlflow_tracking_uri_in_the_environment_is_the_store_when_no_uri_is_set(
     store = f"sqlite:///{tmp_path}/elsewhere/env.db"
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "tracking": {"mlflow": {}}})
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "export": False,
+                           "tracking": {"mlflow": {}}})
     result = cli("train", "--config", config)
     assert result.exit_code == 0, result.output
     run_id = read_json(tmp_path / "run" / "mlflow_run.json")["run_id"]
@@ -203,7 +229,7 @@ def test_a_file_store_the_installed_mlflow_refuses_is_a_config_error_naming_the_
 
 def test_a_tracker_error_is_one_whole_line_with_mlflows_last_sentence(cli, write_config, tmp_path):
     # A store MLflow refuses at the first call, not known beforehand: a Unity Catalog URI.
-    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
+    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2, "export": False,
                            "tracking": {"mlflow": {"uri": "databricks-uc://profile"}}})
     result = cli("train", "--config", config)
     assert result.exit_code == 0, result.output
@@ -220,17 +246,10 @@ def test_validate_and_help_do_not_import_mlflow(write_config):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, cli, write_config, tmp_path):
+def test_a_sweep_is_one_run_with_a_child_run_per_trial(server, sweep):
     from mlflow.tracking import MlflowClient
 
-    config = write_config({**SMALL_RUN, "max_steps": 2, "print_loss_steps": 2,
-                           "tracking": {"mlflow": {"uri": server, "experiment": "observe-sweep"}}})
-    out = tmp_path / "sweep"
-    # The sweep in this process; its trials are processes of their own, as always, here two at a
-    # time: the suite's sweep of real trials side by side, both logging to the server at once.
-    done = cli("sweep", "-c", config, "--grid", "optimizer_params.learning_rate=0.1,0.01",
-               "--metric", "eval/accuracy", "--mode", "max", "--out", out, "--parallel", 2)
-    assert done.exit_code == 0, done.output[-3000:]
+    out = sweep
     parent = read_json(out / "mlflow_run.json")["run_id"]
     client = MlflowClient(tracking_uri=server)
     experiment = client.get_experiment_by_name("observe-sweep")

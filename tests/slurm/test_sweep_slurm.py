@@ -3,7 +3,8 @@
 The trials run as the tasks of one `sbatch --array` job and give the same table as the
 local launcher; an array task cancelled with `scancel` is left for the next run of the
 same command, which resubmits only it and finishes the sweep; a task still running when the sweep is run
-again (its driver killed) is waited for, not resubmitted. Bad flags are one line, exit 2.
+again (its driver killed) is waited for, not resubmitted. Bad flags are one line, exit 2. The sweep commands
+run in the test's process (the one killed excepted), their trials and array tasks as processes of their own.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import pytest
 
-from tests.support import CONFIGS, REPO, read_json, unlaunched_environ
+from tests.support import CONFIGS, LAUNCH_VARIABLES, REPO, read_json, unlaunched_environ
 
 SHORT = ["--set", "max_steps=30", "--set", "eval_steps=30", "--set", "save_checkpoint_steps=10",
          "--set", "save_summaries_steps=null", "--set", "print_loss_steps=10"]
@@ -26,11 +28,20 @@ GRID = ["--grid", "optimizer_params.learning_rate=0.1,0.01"]
 TIMEOUT_SECONDS = 600
 
 
-def _sweep(cluster, *args, cwd=REPO):
-    environ = {**unlaunched_environ(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO)),
+def _sweep(cluster, *args):
+    """`opt-train sweep ARGS` in this process (its trials and array tasks are processes, as always), in the
+    environment its own process would have: exit code as `returncode`, `stdout`, `stderr`."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    environ = {**dict.fromkeys(LAUNCH_VARIABLES), "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO),
                "SLURM_CONF": cluster.environ["SLURM_CONF"]}
-    return subprocess.run([sys.executable, "-m", "opt_train", "sweep", *map(str, args)], cwd=cwd, env=environ,
-                          capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+    result = CliRunner(env=environ).invoke(cli, ["sweep", *map(str, args)], prog_name="opt-train")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, stderr)
 
 
 def _rows(stdout):

@@ -1,5 +1,9 @@
 """Trials on devices: which GPUs a sweep worker finds, each running trial's own block of them through
-CUDA_VISIBLE_DEVICES (seen by the trial process itself), and the refusals of --gpus and --parallel."""
+CUDA_VISIBLE_DEVICES (seen by the trial process itself), and the refusals of --gpus and --parallel.
+
+A real trial on a GPU this machine lacks: tests/sweep/test_heartbeats.py, beside the uninterrupted real trial it
+is compared with.
+"""
 
 import os
 import traceback
@@ -9,7 +13,7 @@ import pytest
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from opt_train.sweep.devices import GpuPool, find_gpus
-from tests.support import CONFIGS, read_json, read_jsonl
+from tests.support import CONFIGS, read_json
 from tests.sweep.fake_plan import running
 
 # Writes the CUDA_VISIBLE_DEVICES it was started with, then waits until every trial of the sweep has
@@ -132,26 +136,6 @@ def test_cuda_visible_devices_of_the_worker_bounds_parallel(tmp_path):
     code, stderr = opt_sweep("-c", CONFIGS / "default.yaml", "--out", tmp_path / "out", "--parallel", "3",
                              "--grid", "optimizer_params.learning_rate=0.1,0.2", env={"CUDA_VISIBLE_DEVICES": "4,5"})
     assert code == 2 and "CUDA_VISIBLE_DEVICES=4,5" in stderr and "--parallel 2 or fewer" in stderr, stderr
-
-
-@pytest.mark.slow  # two real trials, one after the other
-def test_a_real_trial_on_a_gpu_this_machine_lacks_trains_on_the_cpu(tmp_path):
-    # The GPUs --gpus names are the user's word: on a machine without them each trial's TensorFlow sees no GPU
-    # and trains on the CPU, with the figures the same trial has without --gpus.
-    def sweep(out, *extra, env=None):
-        return opt_sweep("-c", CONFIGS / "default.yaml", "--out", out,
-                         "--grid", "optimizer_params.learning_rate=0.1", "--set", "max_steps=30",
-                         "--set", "eval_steps=30", "--set", "save_checkpoint_steps=30",
-                         "--set", "save_summaries_steps=null", "--set", "print_loss_steps=10", *extra, env=env)
-
-    code, stderr = sweep(tmp_path / "gpus", "--gpus", "3")
-    assert code == 0, stderr
-    code, stderr = sweep(tmp_path / "cpu", env={"CUDA_VISIBLE_DEVICES": ""})
-    assert code == 0, stderr
-    (given,), (plain,) = (read_jsonl(tmp_path / name / "results.jsonl") for name in ("gpus", "cpu"))
-    assert given["status"] == plain["status"] == "ok"
-    assert given["gpus"] == ["3"] and "gpus" not in plain
-    assert given["metrics"] == plain["metrics"]
 
 
 @pytest.mark.parametrize("args, words", [

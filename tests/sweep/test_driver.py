@@ -1,5 +1,6 @@
 """The sweep driver on a real SQLite Optuna study with a stand-in trainer (a tiny script): records, skipping,
-resuming, adopting, interrupts, two workers, a killed driver.
+resuming, adopting, interrupts, two workers, a killed driver. The worker that is killed, and one of two workers
+sharing a study, are processes of their own; every other sweep runs in the test's process.
 
 The real `opt-train train` path is covered by tests/e2e/test_sweep.py; here each trial takes
 milliseconds, so every branch of the driver is cheap to reach.
@@ -203,6 +204,27 @@ def start_worker(tmp_path, rates, parallel=1, study=(), **popen):
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
 
 
+def sweep_here(tmp_path, rates, parallel=1, study=()):
+    """What DRIVER does, in this process (a second worker, or the run after a killed one): its report lines, as text."""
+    storage, name = study or (None, None)
+    config = str(CONFIGS / "default.yaml")
+    options = SweepOptions(grids=("optimizer_params.learning_rate=" + ",".join(map(str, rates)),),
+                           metric="eval/accuracy", storage=storage, study=name)
+    plan = plan_sweep([config], [], load_config([config]), options, str(tmp_path / "out"))
+    lines = []
+    result = run_sweep(running(plan, tmp_path / "fake_train.py"), parallel, report=lines.append)
+    return "\n".join([*lines, result.summary])
+
+
+def opened_study(worker):
+    """The output lines of DRIVER process `worker` up to its first report: it has opened the study."""
+    for line in worker.stdout:
+        yield line
+        if line.startswith("study "):
+            return
+    raise AssertionError("the worker ended before it opened the study")
+
+
 def study_trials(out, storage=None, name="out"):
     import optuna
 
@@ -216,9 +238,12 @@ def test_two_workers_of_one_study_run_each_trial_once(tmp_path, database, reques
     rates = [100.2 + index / 100 for index in range(6)]
     storage = request.getfixturevalue("postgres_url") if database == "postgresql" else None
     study = (storage, "shared") if storage else ()
-    workers = [start_worker(tmp_path, rates, parallel=2, study=study) for _ in range(2)]
-    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
-    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    # One worker in its own process, the other in this one, once the first has opened the study.
+    worker = start_worker(tmp_path, rates, parallel=2, study=study)
+    opened = "".join(opened_study(worker))
+    here = sweep_here(tmp_path, rates, parallel=2, study=study)
+    outputs = [opened + worker.communicate(timeout=600)[0], here]
+    assert worker.returncode == 0, outputs
     trials = study_trials(tmp_path / "out", storage, "shared" if storage else "out")
     assert len(trials) == 6 and all(trial.state.name == "COMPLETE" for trial in trials)
     records = read_jsonl(tmp_path / "out" / "results.jsonl")
@@ -243,9 +268,7 @@ def test_a_driver_killed_with_sigkill_is_finished_by_the_next_run(tmp_path, kill
     else:
         os.kill(worker.pid, signal.SIGKILL)  # its trial goes on and finishes alone
     worker.wait()
-    again = start_worker(tmp_path, rates)
-    output = again.communicate(timeout=600)[0]
-    assert again.returncode == 0, output
+    sweep_here(tmp_path, rates)  # the next run, in this process
     assert sorted(trial.state.name for trial in study_trials(out)) == ["COMPLETE", "COMPLETE"]
     records = read_jsonl(out / "results.jsonl")
     assert sorted(r["overrides"]["optimizer_params.learning_rate"] for r in records) == sorted(rates)

@@ -2,8 +2,10 @@
 trial stale (Optuna's heartbeat, twice --heartbeat-secs), the same sweep run again fails it, queues it again with its
 folder and resumes it from its checkpoint, at most --max-trial-retries times, then records it failed with the reason.
 
-The workers are real sweep processes on real SQLite and PostgreSQL studies; their trainer is a stand-in that
-checkpoints its step; test_heartbeat_e2e_... runs the real trainer.
+The worker that dies is a real sweep process (SIGKILL); the run after it is the same sweep in the test's process,
+on real SQLite and PostgreSQL studies; their trainer is a stand-in that checkpoints its step;
+test_heartbeat_e2e_... runs the real trainer, and compares with an uninterrupted real trial that also serves
+the real trial on a GPU this machine lacks (test_devices.py's, moved here to share it).
 """
 
 import glob
@@ -11,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from unittest import mock
 
 import pytest
 
@@ -71,6 +75,24 @@ def start_worker(tmp_path, rates, retries, study=(), heartbeat=1):
                             start_new_session=True)
 
 
+def work_here(tmp_path, rates, retries, study=(), heartbeat=1):
+    """What WORKER does, in this process (the run after the killed worker): its report lines and summary, as text."""
+    from opt_train.config import load_config
+    from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
+    from tests.sweep.fake_plan import running
+
+    config, script = str(CONFIGS / "default.yaml"), tmp_path / "stepping_train.py"
+    storage, name = study or (None, None)
+    options = SweepOptions(grids=("optimizer_params.learning_rate=" + ",".join(map(str, rates)),),
+                           metric="eval/accuracy", storage=storage, study=name)
+    plan = plan_sweep([config], [], load_config([config]), options, str(tmp_path / "out"))
+    lines = []
+    with mock.patch.dict(os.environ, {"RELEASE_FILE": str(tmp_path / "release")}):
+        result = run_sweep(running(plan, script), 1, report=lines.append, heartbeat_secs=heartbeat,
+                           max_trial_retries=retries)
+    return "\n".join([*lines, result.summary])
+
+
 def wait_for(condition, what, process=None):
     deadline = time.monotonic() + WAIT_SECONDS
     while not condition():
@@ -88,7 +110,10 @@ def load_study(storage, name):
 
 
 def stale_ids(storage, name):
-    """What any worker's next look would find stale: the trials Optuna's heartbeat of 1 s holds dead."""
+    """A look at what any worker's next look would find stale: the trials Optuna's heartbeat of 1 s holds dead.
+
+    One storage for every look (making one per look cost a second of CPU while the trial went stale).
+    """
     import warnings
 
     import optuna
@@ -97,7 +122,7 @@ def stale_ids(storage, name):
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         heartbeat = optuna.storages.RDBStorage(storage, heartbeat_interval=1)
     study = load_study(heartbeat, name)
-    return study._storage._get_stale_trial_ids(study._study_id)
+    return lambda: study._storage._get_stale_trial_ids(study._study_id)
 
 
 def kill_mid_trial(tmp_path, retries, study, trainer_too=True):
@@ -111,7 +136,7 @@ def kill_mid_trial(tmp_path, retries, study, trainer_too=True):
         os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
     storage, name = study or (f"sqlite:///{tmp_path}/out/study.db", "out")
-    wait_for(lambda: stale_ids(storage, name), "the trial to be stale")
+    wait_for(stale_ids(storage, name), "the trial to be stale")
     return storage, name
 
 
@@ -120,9 +145,7 @@ def kill_mid_trial(tmp_path, retries, study, trainer_too=True):
 def test_a_killed_workers_trial_is_queued_again_and_resumed_by_the_next_run(tmp_path, database, request):
     study = (request.getfixturevalue("postgres_url"), "shared") if database == "postgresql" else ()
     storage, name = kill_mid_trial(tmp_path, 2, study)
-    again = start_worker(tmp_path, [0.5], 2, study)
-    output = again.communicate(timeout=WAIT_SECONDS)[0]
-    assert again.returncode == 0, output
+    output = work_here(tmp_path, [0.5], 2, study)
     assert "sent no heartbeat for 2 s: queued again (1 of --max-trial-retries 2); it resumes" in output, output
     trials = load_study(storage, name).get_trials()
     assert [trial.state.name for trial in trials] == ["FAIL", "COMPLETE"]
@@ -140,17 +163,26 @@ def test_a_queued_trial_whose_trainer_still_runs_is_awaited_not_started_twice(tm
     # Only the worker dies: its trainer trains on in the trial's folder (and holds its lock). The next worker takes
     # the re-queued trial, waits for the folder, and records the run that trainer finished.
     kill_mid_trial(tmp_path, 2, (), trainer_too=False)
-    again = start_worker(tmp_path, [0.5], 2)
     out = tmp_path / "out"
+    failures = []
 
     def taken_again():
         trials = load_study(f"sqlite:///{out}/study.db", "out").get_trials()
         return [trial.state.name for trial in trials] == ["FAIL", "RUNNING"]
 
-    wait_for(taken_again, "the trial to be taken again", again)
-    (tmp_path / "release").write_text("")
-    output = again.communicate(timeout=WAIT_SECONDS)[0]
-    assert again.returncode == 0, output
+    def release_once_taken_again():  # beside the next run, which waits for that trainer
+        try:
+            wait_for(taken_again, "the trial to be taken again")
+        except AssertionError as error:
+            failures.append(error)
+        finally:
+            (tmp_path / "release").write_text("")
+
+    releaser = threading.Thread(target=release_once_taken_again, daemon=True)
+    releaser.start()
+    work_here(tmp_path, [0.5], 2)
+    releaser.join()
+    assert not failures, failures
     (record,) = read_jsonl(out / "results.jsonl")
     assert record["status"] == "ok" and record["metrics"]["global_step"] == 40
     log = open(os.path.join(record["logdir"], "train.log")).read()
@@ -160,9 +192,7 @@ def test_a_queued_trial_whose_trainer_still_runs_is_awaited_not_started_twice(tm
 @pytest.mark.slow
 def test_a_trial_past_its_retries_fails_with_the_reason(tmp_path):
     kill_mid_trial(tmp_path, 0, ())
-    again = start_worker(tmp_path, [0.5], 0)
-    output = again.communicate(timeout=WAIT_SECONDS)[0]
-    assert again.returncode == 0, output
+    output = work_here(tmp_path, [0.5], 0)
     reason = "sent no heartbeat for 2 s, after 0 retries (--max-trial-retries 0)"
     assert reason in output, output
     trials = load_study(f"sqlite:///{tmp_path}/out/study.db", "out").get_trials()
@@ -199,33 +229,67 @@ REAL = ["--grid", "optimizer_params.learning_rate=0.001", "--metric", "eval/accu
         "--set", "save_summaries_steps=500", "--set", "print_loss_steps=500", "--heartbeat-secs", "1"]
 
 
-def opt_sweep(out, **popen):
-    argv = [sys.executable, "-m", "opt_train", "sweep", "-c", str(CONFIGS / "default.yaml"), "--out", str(out), *REAL]
+def sweep_argv(out):
+    return ["sweep", "-c", str(CONFIGS / "default.yaml"), "--out", str(out), *REAL]
+
+
+def opt_sweep(out):
+    """`opt-train sweep` of REAL into `out`, in its own process (to be killed)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            **popen)
+    return subprocess.Popen([sys.executable, "-m", "opt_train", *sweep_argv(out)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-@pytest.mark.slow  # three sweeps of a real 1000-update trial
-def test_heartbeat_e2e_a_real_trial_killed_mid_run_ends_with_an_uninterrupted_trials_figures(tmp_path):
+def opt_sweep_here(out, *extra, **env):
+    """`opt-train sweep` of REAL into `out` in this process (its trials are processes, as always): exit code, output."""
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    result = CliRunner(env={"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", **env}).invoke(
+        cli, [*sweep_argv(out), *extra], prog_name="opt-train")
+    return result.exit_code, result.stdout + result.stderr + repr(result.exception)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The record of REAL's trial run from start to end, on no GPU, neither killed nor given --gpus: the figures the
+    real trials below are compared with."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "sweep"
+    code, output = opt_sweep_here(out, CUDA_VISIBLE_DEVICES=None)  # None: unset
+    assert code == 0, output[-4000:]
+    (record,) = read_jsonl(out / "results.jsonl")
+    return record
+
+
+@pytest.mark.slow  # two sweeps of a real 1000-update trial (the second in this process), and the uninterrupted one
+def test_heartbeat_e2e_a_real_trial_killed_mid_run_ends_with_an_uninterrupted_trials_figures(tmp_path, uninterrupted):
     out = tmp_path / "killed"
-    worker = opt_sweep(out, start_new_session=True)
+    worker = opt_sweep(out)
     saved = lambda: glob.glob(f"{out}/trial-*/checkpoints/checkpoint")
     wait_for(saved, "the trial's first checkpoint", worker)
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait()
     assert not glob.glob(f"{out}/trial-*/final_metrics.json"), "the kill came after the end"
-    wait_for(lambda: stale_ids(f"sqlite:///{out}/study.db", "killed"), "the trial to be stale")
-    again = opt_sweep(out)
-    output = again.communicate(timeout=900)[0]
-    assert again.returncode == 0, output[-4000:]
+    wait_for(stale_ids(f"sqlite:///{out}/study.db", "killed"), "the trial to be stale")
+    code, output = opt_sweep_here(out)
+    assert code == 0, output[-4000:]
     assert "queued again (1 of --max-trial-retries 2)" in output, output[-4000:]
     (resumed,) = read_jsonl(out / "results.jsonl")
     assert "resumed from" in open(os.path.join(resumed["logdir"], "train.log")).read()
 
-    reference = opt_sweep(tmp_path / "uninterrupted")
-    output = reference.communicate(timeout=900)[0]
-    assert reference.returncode == 0, output[-4000:]
-    (uninterrupted,) = read_jsonl(tmp_path / "uninterrupted" / "results.jsonl")
     assert resumed["status"] == uninterrupted["status"] == "ok"
     assert resumed["metrics"]["global_step"] == 1000 and resumed["metrics"] == uninterrupted["metrics"]
+
+
+@pytest.mark.slow  # a real trial (and the uninterrupted one)
+def test_a_real_trial_on_a_gpu_this_machine_lacks_trains_on_the_cpu(tmp_path, uninterrupted):
+    # The GPUs --gpus names are the user's word: on a machine without them each trial's TensorFlow sees no GPU
+    # and trains on the CPU, with the figures the same trial has without --gpus. (Here, beside the uninterrupted
+    # trial it is compared with; tests/sweep/test_devices.py has the other device tests.)
+    code, output = opt_sweep_here(tmp_path / "gpus", "--gpus", "3")
+    assert code == 0, output[-4000:]
+    (given,) = read_jsonl(tmp_path / "gpus" / "results.jsonl")
+    assert given["status"] == uninterrupted["status"] == "ok"
+    assert given["gpus"] == ["3"] and "gpus" not in uninterrupted
+    assert given["metrics"] == uninterrupted["metrics"]
