@@ -68,6 +68,24 @@ def without_export():
         yield
 
 
+def train_in_process(folder, run, export=False):
+    """`(config, logdir, output)`: `run` written to folder/config.yaml and trained by `opt-train train` in this
+    process, into folder/run; without the end-of-run export unless `export`.
+
+    A plain function, not a session fixture: a fixture wider than its module would put every test
+    using it in one xdist group (tests/conftest.py), though it shares nothing but this code.
+    """
+    from click.testing import CliRunner
+
+    from opt_train.cli.main import cli
+
+    config = write_run(folder, run)
+    with contextlib.nullcontext() if export else without_export():
+        result = CliRunner().invoke(cli, ["train", "--config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return config, pathlib.Path(folder) / "run", result.output
+
+
 # What a cluster launcher hands its workers: the machine running the tests must not pass
 # any of them to the runs and launchers the tests start, nor into a config's verdict.
 LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",

@@ -63,16 +63,10 @@ MLP_DIGITS = {"model": "mlp", "model_params": {"hidden_units": [32]}, "data": "d
 @pytest.fixture(scope="module")
 def mlp_digits_run(tmp_path_factory):
     """`(config, folder)`: MLP_DIGITS trained through the CLI once for the module, into folder/run."""
-    from click.testing import CliRunner
-
-    from opt_train.cli.main import cli as group
-    from tests.support import write_run
+    from tests.support import train_in_process
 
     folder = tmp_path_factory.mktemp("mlp_digits")
-    config = write_run(folder, MLP_DIGITS)
-    result = CliRunner().invoke(group, ["train", "--config", str(config)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return config, folder
+    return train_in_process(folder, MLP_DIGITS)[0], folder
 
 
 @pytest.mark.parametrize(

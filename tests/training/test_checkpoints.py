@@ -8,11 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json
+from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json, train_in_process
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
-# The fixture is this module's own (train_logdir only writes and trains a config), so the group is too:
-# grouped with test_logdir.py and test_tensorboard.py it left one worker a long tail.
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
 pytestmark = [pytest.mark.usefixtures("no_export")]
 
@@ -20,9 +18,9 @@ RUN = {**SMALL_RUN, "print_loss_steps": 2, "save_checkpoint_steps": 2, "num_chec
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, train_logdir):
+def trained(tmp_path_factory):
     """A logdir with ckpt-2, ckpt-4, ckpt-6, trained once for the module; tests copy it."""
-    return train_logdir(tmp_path_factory.mktemp("trained"), RUN)[1]
+    return train_in_process(tmp_path_factory.mktemp("trained"), RUN)[1]
 
 
 @pytest.fixture

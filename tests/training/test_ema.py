@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import SMALL_RUN, write_run
+from tests.support import SMALL_RUN, train_in_process
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 
@@ -32,15 +32,7 @@ def _checkpoints(logdir):
 @pytest.fixture(scope="module")
 def ema_run(tmp_path_factory):
     """RUN trained once for the module: `(config, logdir, output of the train command)`; its tests only read it."""
-    from click.testing import CliRunner
-
-    from opt_train.cli.main import cli
-
-    folder = tmp_path_factory.mktemp("ema")
-    config = write_run(folder, RUN)
-    result = CliRunner().invoke(cli, ["train", "--config", str(config)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return config, folder / "run", result.output
+    return train_in_process(tmp_path_factory.mktemp("ema"), RUN, export=True)
 
 
 def test_eval_and_export_use_the_average_which_the_checkpoint_holds_beside_the_weights(ema_run):

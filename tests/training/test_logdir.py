@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from tests.support import REPO, SMALL_RUN, fill_disk, one_error_line, read_json, read_jsonl
+from tests.support import REPO, SMALL_RUN, fill_disk, one_error_line, read_json, read_jsonl, train_in_process
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
@@ -30,15 +30,15 @@ def _files(logdir):
 
 
 @pytest.fixture
-def trained(train_logdir, tmp_path):
-    return train_logdir(tmp_path, RUN)
+def trained(tmp_path):
+    return train_in_process(tmp_path, RUN)[:2]
 
 
 @pytest.fixture(scope="module")
-def untouched(train_logdir, tmp_path_factory):
+def untouched(tmp_path_factory):
     """One trained run shared by the tests that leave its logdir as it was (each asserts so):
     refused commands, and runs started afresh beside it."""
-    return train_logdir(tmp_path_factory.mktemp("untouched"), RUN)
+    return train_in_process(tmp_path_factory.mktemp("untouched"), RUN)[:2]
 
 
 def test_a_changed_config_is_refused_before_anything_is_touched(cli, untouched):

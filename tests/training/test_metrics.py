@@ -6,7 +6,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from tests.support import read_json, read_jsonl
+from tests.support import read_json, read_jsonl, train_in_process
 
 RUN = {
     "model": "mlp",
@@ -52,8 +52,8 @@ TEN = {**RUN, "max_steps": 10, "print_loss_steps": 5, "save_checkpoint_steps": 5
 
 
 @pytest.fixture(scope="module")
-def ten_updates(tmp_path_factory, train_logdir):
-    return train_logdir(tmp_path_factory.mktemp("ten"), TEN)[1]
+def ten_updates(tmp_path_factory):
+    return train_in_process(tmp_path_factory.mktemp("ten"), TEN)[1]
 
 
 @pytest.fixture

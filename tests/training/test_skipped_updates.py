@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tests.e2e.test_resume import RUN
-from tests.support import checkpoint_tensors, read_json, read_jsonl
+from tests.support import checkpoint_tensors, read_json, read_jsonl, train_in_process
 
 # Float16 compute with Backoff from 2**24 (OpenSeq2Seq's old default): the first updates overflow, and growing
 # the scale after every 3 finite updates overflows again now and then: skips all along the run.
@@ -27,9 +27,9 @@ def _checkpoint_tensor(logdir, name):
 
 
 @pytest.fixture(scope="module")
-def twenty_updates(tmp_path_factory, train_logdir):
+def twenty_updates(tmp_path_factory):
     """`(config, logdir)`: 20 updates of SKIPPING counted as OpenSeq2Seq counts them, trained once for the module."""
-    return train_logdir(tmp_path_factory.mktemp("twenty"), {**SKIPPING, "max_steps": 20, "count_skipped_updates": False})
+    return train_in_process(tmp_path_factory.mktemp("twenty"), {**SKIPPING, "max_steps": 20, "count_skipped_updates": False})
 
 
 @pytest.mark.parametrize("count_skipped", [False, True])

@@ -4,17 +4,17 @@ import pytest
 from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
-from tests.support import SMALL_RUN
+from tests.support import SMALL_RUN, train_in_process
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 
 
 @pytest.fixture(scope="module")
-def logdir(tmp_path_factory, train_logdir):
+def logdir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tensorboard")
     run = {**SMALL_RUN, "max_steps": 6, "eval_steps": 3, "print_loss_steps": 3, "save_summaries_steps": 3,
            "metrics": ["accuracy"], "max_grad_norm": 1.0}
-    return train_logdir(folder, run)[1]
+    return train_in_process(folder, run)[1]
 
 
 def _multiplexer(directory):

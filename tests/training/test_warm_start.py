@@ -17,7 +17,7 @@ from opt_train.config import ConfigError, load_config
 from opt_train.distributed import get_backend
 from opt_train.training.builder import build_run
 from opt_train.training.loop import Session
-from tests.support import one_error_line, write_run
+from tests.support import one_error_line, train_in_process, write_run
 
 SOURCE = {"model": "mlp", "model_params": {"hidden_units": [6]}, "data": "digits", "batch_size_per_gpu": 16,
           "max_steps": 3, "optimizer": "Adam", "optimizer_params": {"learning_rate": 0.1}, "random_seed": 1}
@@ -25,9 +25,9 @@ HERE = pathlib.Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory, train_logdir):
+def source(tmp_path_factory):
     """(config, logdir) of a trained source run: mlp `dense_0` (64 -> 6) and `logits` (6 -> 10)."""
-    return train_logdir(tmp_path_factory.mktemp("source"), SOURCE)
+    return train_in_process(tmp_path_factory.mktemp("source"), SOURCE)[:2]
 
 
 @pytest.fixture(scope="module")
@@ -152,14 +152,14 @@ def test_nothing_found_is_refused_with_both_sides_names(tmp_path, keras_source):
     assert "enc/kernel" in issue.message and "dense_0/kernel" in issue.message and "init_from.variables" in issue.message
 
 
-def test_a_resumed_run_never_applies_init_from_again(tmp_path, source, train_logdir):
+def test_a_resumed_run_never_applies_init_from_again(tmp_path, source):
     """The second start restores the run's own checkpoint; init_from would have put the source's weights back.
     It does not even need the source any more."""
     import shutil
 
     copy = tmp_path / "source_copy"
     shutil.copytree(source[1] / "checkpoints", copy)
-    config_path, logdir = train_logdir(tmp_path, {**SOURCE, "max_steps": 2, "init_from": {"path": str(copy)}})
+    config_path, logdir, _ = train_in_process(tmp_path, {**SOURCE, "max_steps": 2, "init_from": {"path": str(copy)}})
     own = tf.train.load_checkpoint(str(logdir / "checkpoints"))
     shutil.rmtree(copy)
     run, lines = _started(load_config([str(config_path)], ["max_steps=4"]))
