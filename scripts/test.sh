@@ -19,6 +19,7 @@ unset PYTHONDONTWRITEBYTECODE
 # Three workers on the 2 cores, each handed the next test as it frees: many tests wait (on a
 # timeout, a server, SLURM, a signalled process), and with two workers the cores sat idle an
 # eighth of the run; three keep them busy (the whole suite 1,103 -> 900 s, 2026-11-28, same tree).
+# Four add contention, not work: 692 s with three, 721 s with four, on a later tree.
 # The tests of one xdist_group (those sharing a fixture wider than one test, tests/conftest.py)
 # all go to one worker, so that the fixture is built once. `-n 0` as an extra argument runs in
 # one process.
