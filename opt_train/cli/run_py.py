@@ -90,9 +90,7 @@ def _pairs(argv, strict=True):
 
 def _train_options():
     """`opt-train train`'s own options (`--np`, `--no-resume`, ...), read from the command itself."""
-    from opt_train.cli.train import train
-
-    return {opt for param in train.params for opt in param.opts} - set(OWN_FLAGS)
+    return set(_train_takes_value()) - set(OWN_FLAGS)
 
 
 def _train_option_refused(flag):
@@ -150,12 +148,18 @@ class _Reading:
             # run.py's override of a base_params scalar: `/` nests, as its nest_dict.
             self.sets.append(f"{flag[2:].replace('/', '.')}={value}")
 
-    def benchmark_sets(self):
-        """run.py's --benchmark: max_steps = --bench_steps (20), timing from --bench_start."""
-        sets = [f"max_steps={self.bench.get('--bench_steps', 20)}", "num_epochs=null"]
+    def settle_bench(self, benchmark):
+        """run.py's --benchmark: max_steps = --bench_steps (20), timing from --bench_start; without
+        `benchmark`, a note for each of them given."""
+        if not benchmark:
+            self.notes += [f"{flag}: used with --benchmark only: ignored" for flag in self.bench]
+            return
+        self.sets += [f"max_steps={self.bench.get('--bench_steps', 20)}", "num_epochs=null"]
         if "--bench_start" in self.bench:
-            sets.append(f"bench_start={self.bench['--bench_start']}")
-        return sets
+            self.sets.append(f"bench_start={self.bench['--bench_start']}")
+
+    def config_args(self):
+        return [part for config in self.configs for part in ("--config", config)]
 
     def set_args(self):
         return [part for item in self.sets for part in ("--set", item)]
@@ -181,17 +185,15 @@ def translate(argv):
     if not reading.configs:
         raise click.UsageError("--config_file: required (run.py: --config_file=CONFIG; or opt-train's --config CONFIG)")
     mode = reading.mode or ("train" if reading.run_py_config else "train_eval")
-    config_args = [part for config in reading.configs for part in ("--config", config)]
+    reading.settle_bench(reading.benchmark)
     if reading.benchmark:
-        reading.sets += reading.benchmark_sets()
-        command = [*reading.front, "train", *config_args, "--benchmark"]
+        command = [*reading.front, "train", *reading.config_args(), "--benchmark"]
         if mode == "train":
             reading.sets.append("eval_steps=null")
         elif mode == "eval":
             raise click.UsageError("--benchmark times training: give --mode train or train_eval with it")
     else:
-        reading.notes += [f"{flag}: used with --benchmark only: ignored" for flag in reading.bench]
-        command = [*reading.front, *config_args, "--mode", mode]
+        command = [*reading.front, *reading.config_args(), "--mode", mode]
     return command + reading.set_args(), reading.notes
 
 
@@ -234,12 +236,9 @@ def translate_train(argv):
             raise click.UsageError("--mode: only without a command (opt-train --config CONFIG --mode train); "
                                    "`opt-train train` is --mode train_eval")
         reading.read(flag, value)
-    if "--benchmark" in own and reading.bench:
-        reading.sets += reading.benchmark_sets()
-    else:
-        reading.notes += [f"{flag}: used with --benchmark only: ignored" for flag in reading.bench]
-    config_args = [part for config in reading.configs for part in ("--config", config)]
-    return [*argv[:at], "train", *config_args, *own, *reading.set_args()], reading.notes
+    # train's own --benchmark keeps its max_steps unless run.py's --bench_steps/--bench_start come with it.
+    reading.settle_bench("--benchmark" in own and bool(reading.bench))
+    return [*argv[:at], "train", *reading.config_args(), *own, *reading.set_args()], reading.notes
 
 
 def _train_takes_value():
