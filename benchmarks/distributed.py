@@ -62,13 +62,19 @@ def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG, in_process=
     if in_process and not np_:
         _train_here(argv[3:])
         return json.loads((Path(logdir) / "final_metrics.json").read_text())
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-    for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
-        env.pop(variable, None)
-    job = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    job = subprocess.run(argv, cwd=REPO, env=run_environment(), capture_output=True, text=True, timeout=timeout)
     if job.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({job.returncode}):\n{(job.stdout + job.stderr)[-3000:]}")
     return json.loads((Path(logdir) / "final_metrics.json").read_text())
+
+
+def run_environment():
+    """A fresh `opt-train train` process's environment: TensorFlow quiet, this checkout imported, and none of
+    the variables of a launched worker this benchmark may run in."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+    for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
+        env.pop(variable, None)
+    return env
 
 
 def _train_here(args):

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.distributed import CONFIG, REPO, _train, ratios
+from benchmarks.distributed import CONFIG, REPO, _train, ratios, run_environment
 
 DEFAULT_MESHES = ("2x2", "4x1")
 
@@ -107,10 +106,7 @@ def _train_in_one_process(runs, config):
                  *[arg for setting in settings for arg in ("--set", setting)]] for logdir, settings in runs.values()]
     script = "import json, sys\nfrom benchmarks.distributed import _train_here\n" \
              "for args in json.loads(sys.argv[1]):\n    _train_here(args)\n"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-    for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
-        env.pop(variable, None)
-    job = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], cwd=REPO, env=env,
+    job = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], cwd=REPO, env=run_environment(),
                          capture_output=True, text=True, timeout=1800)
     if job.returncode != 0:
         raise RuntimeError(f"{', '.join(runs)} failed ({job.returncode}):\n{(job.stdout + job.stderr)[-3000:]}")
