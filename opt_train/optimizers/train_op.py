@@ -12,6 +12,12 @@ for; `CompiledSteps` (compiled_steps.py) the compiled kinds of step; `StepFigure
   *applied* updates only: a skipped step moves no weight, slot or lr position.
 - `micro_batches` counts every micro-batch run, skipped updates included: the data
   position a resumed run starts its stream at.
+- `last_loss_sum` is the float64 sum of the losses of the micro-batches the last `update`
+  or `run` call ran. Float64 has 29 bits more than float32, so float32 losses add without
+  rounding unless they span over about 2^19 (less the bits their count takes): the sums
+  of a run's calls are then the same however the calls split its steps, and a resumed
+  run's report interval adds up to an uninterrupted run's (a float32 mean per call did
+  not: each split rounded differently).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class TrainOp(tf.Module):
         self._strategy = backend.strategy
         # A DTensor mesh: batches are laid out on it before the compiled step (`backend.place_batch`).
         self._mesh = backend.mesh
+        self.last_loss_sum = None
 
     @property
     def optimizer(self):
@@ -128,10 +135,13 @@ class TrainOp(tf.Module):
                 break
         result = dict(result)
         result["loss"] = losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+        self.last_loss_sum = tf.add_n([tf.cast(loss, tf.float64) for loss in losses])
         return result
 
     def run(self, iterator, updates):
         """Runs `updates` counted updates from `iterator` in one compiled call; returns the mean loss.
+
+        The losses' float64 sum is `last_loss_sum`.
 
         For stretches nobody reports on: one call instead of one per micro-batch
         saves the per-call cost that dominates small models (Keras's
@@ -144,8 +154,11 @@ class TrainOp(tf.Module):
         self._check_iterator(iterator)
         self.build()
         if self._mesh is not None:
-            return self._run_placed(iterator, updates)
-        return self._steps.run(self._run_many)(iterator, tf.constant(updates, tf.int64))
+            total, count = self._run_placed(iterator, updates)
+        else:
+            total, count = self._steps.run(self._run_many)(iterator, tf.constant(updates, tf.int64))
+        self.last_loss_sum = total
+        return tf.cast(total / tf.cast(tf.maximum(count, 1), tf.float64), tf.float32)
 
     def _run_many(self, iterator, updates):
         # A nested tf.function is inlined, unless it is XLA-compiled: then it is one cluster.
@@ -160,14 +173,13 @@ class TrainOp(tf.Module):
             more = self.global_step < target
             return more if self.count_skipped_updates else tf.logical_and(more, tf.logical_not(self.update_step.stopping()))
 
-        total, count = tf.while_loop(
-            going, lambda total, count: (total + step(next(iterator))["loss"], count + 1),
-            (tf.constant(0.0, tf.float32), tf.constant(0, tf.int64)),
+        return tf.while_loop(
+            going, lambda total, count: (total + tf.cast(step(next(iterator))["loss"], tf.float64), count + 1),
+            (tf.constant(0.0, tf.float64), tf.constant(0, tf.int64)),
         )
-        return total / tf.cast(tf.maximum(count, 1), tf.float32)
 
     def _run_placed(self, iterator, updates):
-        """`run` on a mesh: the same turns as `_run_many`, each micro-batch laid out eagerly before its step."""
+        """`_run_many` on a mesh: the same turns, each micro-batch laid out eagerly before its step."""
         step = self._steps.step(False, False)
         target = int(self.global_step.numpy()) + updates
         total, count = 0.0, 0
@@ -176,7 +188,7 @@ class TrainOp(tf.Module):
                 break
             total += float(self._steps.call((False, False), step, next(iterator))["loss"])
             count += 1
-        return tf.constant(total / max(count, 1), tf.float32)
+        return tf.constant(total, tf.float64), tf.constant(count, tf.int64)
 
     def __call__(self, batch, summarize=False, statistics=True):
         """Runs one micro-batch; `statistics=False` returns only `loss` (unless summarizing)."""

@@ -20,7 +20,7 @@ class ReportInterval:
     def __init__(self, tf):
         self.variable = tf.Variable([0.0, 0.0], dtype=tf.float64, trainable=False, name="report_interval")
         self.position = 0
-        self._losses = []  # (mean loss, micro-batches) since the last fold
+        self._losses = []  # (loss sum, micro-batches) since the last fold
         self._carried = (0.0, 0)  # (loss sum, micro-batches) folded so far
         self._start = None  # perf_counter at the interval's start, moved on by pauses
         self._first = 0  # the data position at the interval's start
@@ -39,9 +39,9 @@ class ReportInterval:
     def restart(self):
         self._start, self._first = time.perf_counter(), self.position
 
-    def count(self, mean_loss, position):
-        """Adds the mean loss of the micro-batches run up to data position `position`."""
-        self._losses.append((mean_loss, position - self.position))
+    def count(self, loss_sum, position):
+        """Adds the loss sum (float64) of the micro-batches run up to data position `position`."""
+        self._losses.append((loss_sum, position - self.position))
         self.position = position
 
     def paused(self, seconds):
@@ -72,8 +72,8 @@ class ReportInterval:
     def _fold(self):
         """The interval's (loss sum, micro-batches) so far, its pending losses added in order."""
         total, count = self._carried
-        for loss, micro_batches in self._losses:
-            total += float(loss) * micro_batches
+        for loss_sum, micro_batches in self._losses:
+            total += float(loss_sum)
             count += micro_batches
         self._carried, self._losses = (total, count), []
         return total, count

@@ -210,10 +210,11 @@ class Session:
             result = None
             with self.profiler.marker(target):  # inside a profiled range, target is the next step
                 if quiet:
-                    self._count_losses(train_op.run(self.iterator, quiet))
+                    train_op.run(self.iterator, quiet)
+                    self._count_losses()
                 if alone and int(train_op.global_step.numpy()) == target - 1:
                     result = train_op.update(self.iterator, summarize=summarize, statistics=reporting)
-                    self._count_losses(result["loss"])
+                    self._count_losses()
             # Skipped updates may not count: the step is what the train op says it is.
             self.step = int(train_op.global_step.numpy())
             self.profiler.at(self.step)
@@ -269,9 +270,9 @@ class Session:
             return self.run.backend.allreduce_scalar(value, op="mean")
         return value
 
-    def _count_losses(self, mean_loss):
-        """Adds the mean loss of the micro-batches run since the last count to the interval."""
-        self.interval.count(mean_loss, self.run.train_op.data_position)
+    def _count_losses(self):
+        """Adds the losses of the micro-batches the train op's last call ran to the interval."""
+        self.interval.count(self.run.train_op.last_loss_sum, self.run.train_op.data_position)
 
     def _wants_summaries(self, step):
         every = self.config.save_summaries_steps

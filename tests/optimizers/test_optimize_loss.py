@@ -1,6 +1,8 @@
 """optimize_loss end to end on tiny models, each against a reference computed in the test:
 a hand-written GradientTape + Keras optimizer loop, a NumPy expectation, or the weights before the step."""
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -329,10 +331,22 @@ def test_run_of_many_micro_batches_equals_one_call_each():
         return weights, train_op
 
     one_by_one, stepped = make()
-    for batch in data:
-        stepped(tf.constant(batch), statistics=False)
+    losses = [float(stepped(tf.constant(batch), statistics=False)["loss"]) for batch in data]
     together, looped = make()
     mean_loss = looped.run(iter(tf.data.Dataset.from_tensor_slices(data)), len(data) // 3)  # updates
+    # The float64 sum of the float32 losses, the same however the calls split the updates (the report
+    # interval adds these sums: a resumed run's calls split differently from an uninterrupted run's).
+    assert float(looped.last_loss_sum) == math.fsum(losses)
+    assert float(mean_loss) == np.float32(math.fsum(losses) / len(losses))
+    _, split = make()
+    iterator = iter(tf.data.Dataset.from_tensor_slices(data))
+    sums = []
+    for updates in (1, 2):
+        split.run(iterator, updates)
+        sums.append(float(split.last_loss_sum))
+    split.update(iterator)  # one update: its iter_size micro-batches
+    sums.append(float(split.last_loss_sum))
+    assert sum(sums) == math.fsum(losses)
 
     np.testing.assert_array_equal(together.numpy(), one_by_one.numpy())
     for ours, theirs in zip(looped.optimizer.variables, stepped.optimizer.variables):
