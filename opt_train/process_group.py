@@ -134,7 +134,8 @@ class Backend(abc.ABC):
         """Releases the process group."""
 
     def lost_peer(self, error):
-        """One line when `error` means another rank failed or stopped answering, else None."""
+        """One line (`distributed.names.lost_peer_line`'s) when `error` means another rank failed or stopped
+        answering, else None."""
         del error
         return None
 

@@ -36,6 +36,7 @@ import urllib.error
 import urllib.request
 
 from opt_train.distributed.base import HorovodUnavailableError
+from opt_train.distributed.names import lost_peer_line
 from opt_train.distributed.placement import share_cpu_threads
 from opt_train.errors import ParamError, TrainingFailed
 from opt_train.process_group import Backend
@@ -357,9 +358,10 @@ class HorovodBackend(Backend):
             return None
         if "Timed out waiting" in str(error):
             timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")
-            return f"rank {self.rank}: another rank did not answer within {timeout} s (rank_timeout_secs); Horovod shut down"
+            return lost_peer_line("rank", self.rank,
+                                  f"did not answer within {timeout} s (rank_timeout_secs); Horovod shut down")
         # Not a timeout: said at once, seconds after the other rank died, it must not claim one.
-        return f"rank {self.rank}: another rank failed or was stopped (its connection broke); Horovod shut down"
+        return lost_peer_line("rank", self.rank, "failed or was stopped (its connection broke); Horovod shut down")
 
     def shutdown(self):
         """Stops Horovod's background thread; collectives fail after this."""

@@ -22,7 +22,9 @@ The job's outcome, in order of blame:
 - a local worker stopped (SIGSTOP, state T) for `rank_timeout` seconds is the failed
   one, even if the others ended first on their collective timeout while it hung;
 - else a worker killed by a signal it did not handle (SIGKILL, a crash);
-- else the first worker seen to exit non-zero.
+- else the first worker seen to exit non-zero, one whose error line says it lost a peer
+  (`names.is_lost_peer_line`) last: two ends within one scheduling slice have no order the
+  launcher can see, and the worker that noticed the failure may be seen to end first.
 Interrupts are not failures: a signal to the launcher is passed once to every worker
 (each stops at the same update, worker 0 checkpoints) and the launcher exits with the
 workers' 130/143. TF-free: imports Horovod's runner only for `horovod`, inside `run`.
@@ -46,7 +48,7 @@ import threading
 import time
 
 from opt_train.distributed.hosts import Ssh
-from opt_train.distributed.names import NOUNS
+from opt_train.distributed.names import NOUNS, is_lost_peer_line
 from opt_train.distributed.tf_config_plan import TFConfigPlan
 from opt_train.distributed.worker_process import process_state, signal_group, start_worker
 from opt_train.errors import (
@@ -251,7 +253,7 @@ class Launcher:
             return min(signalled, key=lambda rank: rank.ended_at)
         failures = [rank for rank in ended if rank.code not in INTERRUPT_CODES]
         if failures:
-            return min(failures, key=lambda rank: (rank.ended_at, rank.number))
+            return min(failures, key=lambda rank: (is_lost_peer_line(rank.last_error), rank.ended_at, rank.number))
         return None
 
     def _outcome(self):

@@ -50,6 +50,7 @@ import os
 import threading
 
 from opt_train.distributed.mesh_layout import batch_axis_of, layout_of, mesh_axes, mesh_devices, process_batch_shards
+from opt_train.distributed.names import lost_peer_line
 from opt_train.errors import ParamError
 from opt_train.process_group import Backend
 from opt_train.quiet import DTENSOR_COMBINE_VARIABLE
@@ -416,7 +417,7 @@ class MeshBackend(Backend):
 
         if self._workers <= 1 or type(error).__name__ not in _LOST_PEER_ERRORS:
             return None
-        return f"worker {self._worker}: another worker of the mesh failed or was stopped; the job stopped"
+        return lost_peer_line("worker", self._worker, "of the mesh failed or was stopped; the job stopped")
 
 
 class _Placed:

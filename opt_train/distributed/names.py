@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from opt_train.errors import ParamError
 
 # none: one process, one replica; tf: tf.distribute (num_gpus replicas in a process,
@@ -43,3 +45,24 @@ NOUNS = {"horovod": "rank", "tf": "worker"}
 def worker_noun(distributed):
     """What `distributed` calls one of its processes: `rank` under Horovod, else `worker`."""
     return NOUNS.get(distributed, "worker")
+
+
+def lost_peer_line(noun, index, what):
+    """The line a worker ends with when a collective failed because another one died or stopped answering.
+
+    Every backend's `lost_peer` says it this way, so that the launcher can tell such a
+    worker from the one that failed (`is_lost_peer_line`).
+    """
+    return f"{noun} {index}: another {noun} {what}"
+
+
+_LOST_PEER = re.compile(r"^(Error: )?(?P<noun>\w+) \d+: another (?P=noun) ")
+
+
+def is_lost_peer_line(line):
+    """Whether a worker's error line is `lost_peer_line`'s: it failed only because another one did.
+
+    The launcher blames such a worker only when no other failed: it cannot order two ends
+    that fall within one scheduling slice, and the worker that lost its peer may be seen first.
+    """
+    return bool(_LOST_PEER.match(line or ""))

@@ -30,6 +30,7 @@ import functools
 import json
 import os
 
+from opt_train.distributed.names import lost_peer_line
 from opt_train.distributed.placement import pin_worker_gpus, share_cpu_threads
 from opt_train.errors import ParamError
 from opt_train.process_group import Backend
@@ -270,9 +271,10 @@ class StrategyBackend(Backend):
             return None
         if type(error).__name__ == "DeadlineExceededError":
             bound = f"within {self.rank_timeout:g} s " if self.rank_timeout else ""
-            return f"worker {self._worker}: another worker did not answer {bound}(rank_timeout_secs); the job stopped"
+            return lost_peer_line("worker", self._worker, f"did not answer {bound}(rank_timeout_secs); the job stopped")
         # Not a timeout: said the moment a peer's connection broke, it must not claim one.
-        return f"worker {self._worker}: another worker failed or was stopped (its connection broke); the job stopped"
+        return lost_peer_line("worker", self._worker,
+                              "failed or was stopped (its connection broke); the job stopped")
 
 
 def _without_tf_sigterm(make):

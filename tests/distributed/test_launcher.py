@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from opt_train.distributed.launcher import exit_code
+from opt_train.distributed.names import is_lost_peer_line
 from opt_train.distributed.worker_process import process_state
 from tests.processes import horovodrun_argv, needs_horovod
 from tests.support import CONFIGS, REPO, rank_pid, read_json, read_jsonl, run_python
@@ -411,6 +412,7 @@ def test_the_lost_peer_line_claims_a_timeout_only_when_gloo_timed_out(message, s
     line = backend.lost_peer(RuntimeError(message))
     assert line.startswith("rank 0: another rank ")
     assert ("did not answer within 60 s" in line) is says_timeout
+    assert is_lost_peer_line(f"Error: {line}")  # the launcher blames this rank last
 
 
 @pytest.mark.parametrize("error_class, says_timeout", [
@@ -420,6 +422,7 @@ def test_a_tf_worker_claims_a_timeout_only_when_its_collective_timed_out(error_c
     """Worker 0 said "did not answer within 60 s" when its peer had just exited ("Socket closed")."""
     import tensorflow as tf
 
+    from opt_train.distributed.mesh import MeshBackend
     from opt_train.distributed.tfdist import StrategyBackend
 
     backend = object.__new__(StrategyBackend)
@@ -428,3 +431,9 @@ def test_a_tf_worker_claims_a_timeout_only_when_its_collective_timed_out(error_c
     assert line.startswith("worker 0: another worker ")
     assert ("did not answer within 60 s" in line) is says_timeout
     assert backend.lost_peer(tf.errors.InvalidArgumentError(None, None, "Incompatible shapes")) is None
+    mesh = object.__new__(MeshBackend)
+    mesh.__dict__.update(_workers=2, _worker=0)
+    mesh_line = mesh.lost_peer(getattr(tf.errors, error_class)(None, None, "Socket closed"))
+    # The launcher blames a worker that says so last; a worker's own failure is not such a line.
+    assert is_lost_peer_line(f"Error: {line}") and is_lost_peer_line(mesh_line)
+    assert not is_lost_peer_line("Error: worker 0: another error in the model")

@@ -228,6 +228,14 @@ def test_np_names_the_failed_worker_in_its_last_line(tmp_path):
     assert "Traceback" not in job.stdout + job.stderr
 
 
+# Worker 0 says it lost its peer and ends a second before worker 1 fails: seen to end first, it is
+# still not the one named (before, the launcher named the first worker it saw end non-zero).
+def test_np_names_the_failed_worker_not_one_that_only_lost_its_peer(tmp_path):
+    job, _ = run_np(tmp_path, plan={0: "lost_peer_first", 1: "fail_after:1"})
+    assert job.returncode == 1
+    assert job.stderr.strip().splitlines()[-1] == "Error: worker 1 failed (exit code 1): Error: worker-specific trouble"
+
+
 def test_in_a_sweeps_trial_the_failure_record_is_the_launchers_verdict_naming_the_failed_worker(tmp_path):
     """Each worker writes its failure record into the one logdir, and worker 0, which only lost
     its peer, writes last: the launcher's verdict, written once every worker ended, is what the

@@ -11,12 +11,13 @@ backend `--np` picked.
 It writes OUTDIR/worker<index>.json (pid, argv, TF_CONFIG) once started, then:
 - `meet` (default): listens on its own TF_CONFIG port and connects to every other
   worker's, so the ports the launcher picked are free here and reach the others;
-- `fail`: one progress line, one error line, exit 1; `exit:N`: exit N;
+- `fail`: one progress line, one error line, exit 1 (`fail_after:S`: S seconds later); `exit:N`: exit N;
 - `kill` / `stop`: SIGKILL / SIGSTOP itself; `wait`: sleep (the test signals it);
 - `kill_before:N` / `stop_before:N`: SIGKILL / SIGSTOP itself while the launcher's OPT_TRAIN_RESTART_COUNT
   is below N, else `meet` (each attempt's record is also kept as worker<index>-attempt<count>.json);
 - `peer`: as a worker inside a collective: runs while every other worker does, and once
-  one is gone (exited, or killed, by a signal or by the launcher) fails at once, exit 1;
+  one is gone (exited, or killed, by a signal or by the launcher) fails at once, exit 1,
+  with the backends' line for it (`names.lost_peer_line`); `lost_peer_first`: fails so at once;
   a worker that fails in a sweep's trial writes its failure record into TF_WORKER_LOGDIR,
   as `opt-train train` does;
 - `count_signals`: counts SIGTERM / SIGINT until the first, then writes how many it got.
@@ -32,6 +33,7 @@ import sys
 import time
 
 from opt_train import trial
+from opt_train.distributed.names import lost_peer_line
 
 MEET_SECONDS = 60
 
@@ -88,9 +90,6 @@ def _gone(pid):
     return process_state(pid) in (None, "Z")
 
 
-PEER_NOTICE_SECONDS = 0.5
-
-
 def wait_for_a_lost_peer(outdir, index, count):
     """Returns once a worker other than `index` of `count` has ended (each found by its record's pid)."""
     paths = [os.path.join(outdir, f"worker{other}.json") for other in range(count) if other != index]
@@ -144,7 +143,8 @@ def main(outdir, plan):
             meet(config["cluster"]["worker"], index)
         print(f"worker {index} met the others", flush=True)
         sys.exit(0)
-    if action == "fail":
+    if action.startswith("fail"):  # "fail", or "fail_after:SECONDS"
+        time.sleep(float(action.partition(":")[2] or 0))
         print("some progress", flush=True)
         fail("worker-specific trouble")
     if action.startswith("exit:"):
@@ -153,14 +153,14 @@ def main(outdir, plan):
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
-    if action == "peer":
-        count = len(config["cluster"]["worker"]) if config is not None else int(os.environ["HOROVOD_SIZE"])
-        wait_for_a_lost_peer(outdir, index, count)
-        # The launcher orders ends by when its watcher threads saw them; two ends within one
-        # scheduling slice of a loaded machine have no order to find (this stand-in sees the end
-        # through /proc within 50 ms), so its failure follows the peer's by a clear margin.
-        time.sleep(PEER_NOTICE_SECONDS)
-        fail("a collective's peer is gone")
+    if action in ("peer", "lost_peer_first"):
+        # As a collective fails on a lost peer, with the backends' line; "lost_peer_first" ends before
+        # the failed worker does, as the launcher may see it when both end within one scheduling slice.
+        noun = "worker" if config is not None else "rank"
+        if action == "peer":
+            count = len(config["cluster"]["worker"]) if config is not None else int(os.environ["HOROVOD_SIZE"])
+            wait_for_a_lost_peer(outdir, index, count)
+        fail(lost_peer_line(noun, index, "failed or was stopped (its connection broke); the job stopped"))
     if action == "count_signals":
         while not seen:
             time.sleep(0.05)
