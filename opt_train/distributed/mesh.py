@@ -112,7 +112,8 @@ class MeshBackend(Backend):
             devices form the mesh together; None (or one worker) for this process alone.
         startup_timeout: seconds a worker waits for the others to start
             (`startup.wait_for_workers`); None: TensorFlow's own wait.
-        rank_timeout: kept for the interface; DTensor's collectives take no bound from it.
+        rank_timeout: kept for the interface; DTensor's collectives take no bound from it (a worker
+            that stops answering is found by the coordination service's heartbeat, about 10 s).
     """
 
     # A worker's share of a mesh's batch axis: the shards its devices hold, not replicas of the model.
