@@ -7,6 +7,20 @@ Run everything with one command from the repository root:
 See benchmarks/README.md for what is measured and the latest figures.
 """
 
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_environment():
+    """A fresh `opt-train` process's environment: TensorFlow quiet, this checkout imported, and none of
+    the variables of a launched worker this benchmark may run in."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+    for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
+        env.pop(variable, None)
+    return env
+
 
 def command_line(main):
     """`python -m benchmarks.<child>`: TensorFlow imported and the process ended as `opt-train` does, `main()` between.

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import REPO, run_environment
+
 CONFIG = REPO / "configs" / "default.yaml"
 TARGETS = {"replicas_2": 0.9, "workers_2": 0.8}
 # What each form adds to an update, measured alone by benchmarks/floors.py (its ceiling's cause).
@@ -66,15 +66,6 @@ def _train(logdir, *settings, np_=None, timeout=1800, config=CONFIG, in_process=
     if job.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({job.returncode}):\n{(job.stdout + job.stderr)[-3000:]}")
     return json.loads((Path(logdir) / "final_metrics.json").read_text())
-
-
-def run_environment():
-    """A fresh `opt-train train` process's environment: TensorFlow quiet, this checkout imported, and none of
-    the variables of a launched worker this benchmark may run in."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-    for variable in ("TF_CONFIG", "OPT_TRAIN_LAUNCHED"):
-        env.pop(variable, None)
-    return env
 
 
 def _train_here(args):
@@ -133,9 +124,7 @@ def floors(batch, settings=(), config=CONFIG, in_process=False):
             continue
         argv = [sys.executable, "-m", "benchmarks.floors", form, "--config", str(config),
                 *[arg for s in (*settings, f"batch_size_per_gpu={batch}") for arg in ("--set", s)]]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-        env.pop("TF_CONFIG", None)
-        job = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+        job = subprocess.run(argv, cwd=REPO, env=run_environment(), capture_output=True, text=True, timeout=1800)
         if job.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({job.returncode}):\n{job.stderr[-3000:]}")
         found[name] = json.loads(job.stdout.strip().splitlines()[-1])

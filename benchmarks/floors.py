@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import REPO, run_environment
+
 REPEATS = 200  # compiled repetitions per timing (after one warm-up call)
 
 
@@ -107,9 +105,7 @@ def workers(config_path, settings):
     out, err = io.StringIO(), io.StringIO()
     command = [sys.executable, "-m", "benchmarks.floors", "worker", "--config", config_path,
                *[arg for s in settings for arg in ("--set", s)]]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-    env.pop("TF_CONFIG", None)
-    code, message = Launcher(command, 2, env=env, backend="tf", out=out, err=err).run()
+    code, message = Launcher(command, 2, env=run_environment(), backend="tf", out=out, err=err).run()
     if code != 0:
         raise RuntimeError(f"the all-reduce floor failed ({code}): {message}\n{err.getvalue()[-2000:]}")
     return json.loads([line for line in out.getvalue().splitlines() if line.startswith("{")][-1])

@@ -33,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.distributed import CONFIG, REPO, _train, ratios, run_environment
+from benchmarks import REPO, run_environment
+from benchmarks.distributed import CONFIG, _train, ratios
 
 DEFAULT_MESHES = ("2x2", "4x1")
 
