@@ -20,6 +20,9 @@ from opt_train.errors import ParamError
 
 VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"
 GPUS_OPTION = "--gpus"
+# The trial's user attribute in the study naming the GPUs its trainer was given: a worker started after
+# its driver died (kill -9) keeps them out of its pool while that driver's trainer still runs.
+GPUS_ATTR = "gpus"
 _SMI_LINE = re.compile(r"^GPU (\d+):")
 SMI_SECONDS = 10
 
@@ -80,23 +83,29 @@ def check_parallel(parallel, per_trial, gpus, source):
 
 
 class GpuPool:
-    """The GPUs of one worker; `take(n)` hands out the first `n` free ones (or None), `give(block)` takes them back."""
+    """The GPUs of one worker; `take(n)` hands out the first `n` free ones (or None), `give(block)` takes them back.
+
+    `held`: GPUs that are free here but in use by a trainer this pool did not start (one a dead
+    driver left running); they are neither counted nor handed out.
+    """
 
     def __init__(self, gpus):
         self.gpus = tuple(gpus)
         self.free = list(self.gpus)
 
-    def take(self, count):
-        if count > len(self.free):
+    def take(self, count, held=()):
+        usable = [gpu for gpu in self.free if gpu not in held]
+        if count > len(usable):
             return None
-        block, self.free = tuple(self.free[:count]), self.free[count:]
+        block = tuple(usable[:count])
+        self.free = [gpu for gpu in self.free if gpu not in block]
         return block
 
     def give(self, block):
         self.free = [gpu for gpu in self.gpus if gpu in self.free or gpu in block]
 
-    def available(self):
-        return len(self.free)
+    def available(self, held=()):
+        return sum(gpu not in held for gpu in self.free)
 
 
 def environment(block):

@@ -75,9 +75,10 @@ class TrialWorker:
         self.gpus = {}  # job name -> its block
         # Re-queued trials whose folder is still locked by the trainer the silent worker left: trial id -> trial.
         self.awaiting = {}
-        # Trainers still running whose driver died here (kill -9): they count against --parallel.
-        # Counted at the start (None: not yet) and again while any is left.
-        self._orphans_running = None
+        # Trainers still running whose driver died here (kill -9), by the GPU block each was given: they
+        # count against --parallel and hold their GPUs. Looked for at the start (None: not yet) and again
+        # while any is left.
+        self._orphans = None
         self.space = studies.search_space(plan.spec, plan.queue)
         self.decode = studies.decoder(plan.spec, plan.queue)
         self.running = {}  # job name -> (trial, lock fd, metrics.jsonl size at start)
@@ -94,14 +95,15 @@ class TrialWorker:
         """Yields a Job whenever a slot is free and the study has a trial for this worker; None while it waits
         for trials that a dead worker on this machine left running."""
         while True:
-            if self._orphans_running and time.monotonic() >= self._next_orphan_look or self._orphans_running is None:
-                self._orphans_running = self.count_running_orphans()
+            if self._orphans and time.monotonic() >= self._next_orphan_look or self._orphans is None:
+                self._orphans = self.running_orphans()
                 self._next_orphan_look = time.monotonic() + ORPHAN_POLL_SECONDS
-            if self._orphans_running and len(self.running) + self._orphans_running >= self.parallel:
+            if self._orphans and len(self.running) + len(self._orphans) >= self.parallel:
                 # A dead driver's trainers still hold the cores: wait for them, then adopt them.
                 yield None
                 continue
-            if self.gpu_pool is not None and self.gpu_pool.available() < self.plan.gpus_per_trial:
+            if self.gpu_pool is not None and \
+                    self.gpu_pool.available(self._orphan_gpus()) < self.plan.gpus_per_trial:
                 yield None  # a slot is free, but not the GPUs of a trial
                 continue
             if self.awaiting and time.monotonic() >= self._next_orphan_look:
@@ -167,9 +169,10 @@ class TrialWorker:
             return (frozen, fd), True
         return None, waiting
 
-    def count_running_orphans(self):
-        """How many trials of this machine still train although the driver that started them is gone."""
-        count = 0
+    def running_orphans(self):
+        """The GPU blocks (`()` for none) of the trials of this machine that still train although the driver
+        that started them is gone: one entry per trial."""
+        blocks = []
         for frozen in studies.running_trials(self.study, self.plan.base_digest):
             folder = frozen.user_attrs.get(studies.FOLDER)
             host, _, pid = str(frozen.user_attrs.get(DRIVER, "")).rpartition(":")
@@ -179,11 +182,14 @@ class TrialWorker:
                 continue  # this worker's own, or another live worker's on this machine
             path = os.path.join(self.plan.out, folder)
             fd = _lock(path) if os.path.isdir(path) else -1
-            if fd is None:
-                count += 1  # its trainer holds the folder's lock: still running
+            if fd is None:  # its trainer holds the folder's lock: still running
+                blocks.append(tuple(frozen.user_attrs.get(devices.GPUS_ATTR, ())))
             elif fd >= 0:
                 os.close(fd)
-        return count
+        return blocks
+
+    def _orphan_gpus(self):
+        return {gpu for block in self._orphans or () for gpu in block}
 
     def start(self, optuna_trial, lock=None):
         """The Job for `optuna_trial` (values proposed, folder locked, config written), or None when it needed no
@@ -240,8 +246,10 @@ class TrialWorker:
         if self.gpu_pool is not None:
             from opt_train.config.loader import replicas_per_worker
 
-            self.gpus[trial.name] = self.gpu_pool.take(replicas_per_worker(config) * self.plan.np)
+            self.gpus[trial.name] = self.gpu_pool.take(replicas_per_worker(config) * self.plan.np,
+                                                       self._orphan_gpus())
             env.update(devices.environment(self.gpus[trial.name]))
+        optuna_trial.set_user_attr(devices.GPUS_ATTR, list(self.gpus.get(trial.name) or ()))
         return Job(trial.name, tuple(self.plan.command(trial)), os.path.join(logdir, LOG_FILE), env, (lock,))
 
     def finished_elsewhere(self, trial):

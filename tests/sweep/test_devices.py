@@ -102,6 +102,10 @@ def test_a_pool_hands_out_free_blocks_and_takes_them_back():
     assert (first, second, pool.take(2)) == (("0", "1"), ("2",), None)
     pool.give(first)
     assert pool.take(3) == ("0", "1", "3")
+    pool.give(("0", "1", "3"))
+    # GPUs a trainer this pool did not start still uses (a dead driver's): neither counted nor handed out.
+    assert pool.available(held={"0"}) == 2 and pool.take(2, held={"0"}) == ("1", "3")
+    assert pool.take(1, held={"0"}) is None and pool.take(1) == ("0",)
 
 
 def opt_sweep(*args, env=None):

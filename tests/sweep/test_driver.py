@@ -25,17 +25,21 @@ from tests.sweep.fake_plan import running
 # Reads the trial's --set overrides; writes a failure record on its first attempt at lr 7777; "diverges"
 # above lr 1000, is "interrupted" at lr 13
 # (Ctrl-C: exit 130) and 14 (SIGTERM: exit 143) unless resumed, sleeps lr - 100 seconds
-# for lr in (100, 200), "resumes" when its logdir already has a checkpoint.
+# for lr in (100, 200), trains at lr 300 until the sweep folder holds a file `release`, "resumes" when its logdir
+# already has a checkpoint. Each start appends the GPUs it was given and the time to logdir/gpus.
 FAKE_TRAINER = """
 import json, os, sys, time
 sets = dict(a.split("=", 1) for a in sys.argv[sys.argv.index("train") + 1:] if "=" in a)
 logdir, lr = sets["logdir"], float(sets["optimizer_params.learning_rate"])
 os.makedirs(logdir, exist_ok=True)
+open(os.path.join(logdir, "gpus"), "a").write(os.environ.get("CUDA_VISIBLE_DEVICES", "") + " " + str(time.time()) + "\\n")
 checkpoint = os.path.join(logdir, "ckpt")
 resumed = os.path.exists(checkpoint)
 if resumed:
     print("resumed from", checkpoint)
 open(checkpoint, "w").write("5")
+while lr == 300 and not os.path.exists(os.path.join(os.path.dirname(logdir), "release")):
+    time.sleep(0.05)
 if 100 < lr < 200:
     time.sleep(lr - 100)
 if lr in (13, 14) and not resumed:
@@ -176,9 +180,10 @@ def test_resolved_configs_are_written_before_trials_start(make_plan):
     assert resolved["logdir"] == row["logdir"]
 
 
-# A sweep worker in its own process, running the stand-in trainer: argv script config out rates parallel.
+# A sweep worker in its own process, running the stand-in trainer: argv script config out rates parallel
+# [storage study]; SWEEP_GPUS: the GPUs it shares out (none when unset).
 DRIVER = """
-import sys
+import os, sys
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
 from tests.sweep.fake_plan import running
@@ -189,22 +194,23 @@ storage, name = study or (None, None)
 options = SweepOptions(grids=("optimizer_params.learning_rate=" + rates,), metric="eval/accuracy",
                        storage=storage, study=name)
 plan = plan_sweep([config], [], load_config([config]), options, out)
-result = run_sweep(running(plan, script), int(parallel), report=lambda text: print(text, flush=True))
+gpus = (tuple(os.environ["SWEEP_GPUS"].split(",")), "--gpus") if os.environ.get("SWEEP_GPUS") else ((), None)
+result = run_sweep(running(plan, script), int(parallel), report=lambda text: print(text, flush=True), gpus=gpus)
 print(result.summary, flush=True)
 assert "tensorflow" not in sys.modules, "the sweep driver imported TensorFlow"
 """
 
 
-def start_worker(tmp_path, rates, parallel=1, study=(), **popen):
+def start_worker(tmp_path, rates, parallel=1, study=(), gpus=(), **popen):
     (tmp_path / "driver.py").write_text(DRIVER)
     (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
     argv = [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "fake_train.py"),
             str(CONFIGS / "default.yaml"), str(tmp_path / "out"), ",".join(map(str, rates)), str(parallel), *study]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "SWEEP_GPUS": ",".join(gpus)}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
 
 
-def sweep_here(tmp_path, rates, parallel=1, study=()):
+def sweep_here(tmp_path, rates, parallel=1, study=(), gpus=()):
     """What DRIVER does, in this process (a second worker, or the run after a killed one): its report lines, as text."""
     storage, name = study or (None, None)
     config = str(CONFIGS / "default.yaml")
@@ -212,7 +218,8 @@ def sweep_here(tmp_path, rates, parallel=1, study=()):
                            metric="eval/accuracy", storage=storage, study=name)
     plan = plan_sweep([config], [], load_config([config]), options, str(tmp_path / "out"))
     lines = []
-    result = run_sweep(running(plan, tmp_path / "fake_train.py"), parallel, report=lines.append)
+    result = run_sweep(running(plan, tmp_path / "fake_train.py"), parallel, report=lines.append,
+                       gpus=(tuple(gpus), "--gpus") if gpus else ((), None))
     return "\n".join([*lines, result.summary])
 
 
@@ -281,6 +288,46 @@ def test_a_driver_killed_with_sigkill_is_finished_by_the_next_run(tmp_path, kill
         second = next(r for r in records if r["overrides"]["optimizer_params.learning_rate"] == 0.5)
         finished = os.path.getmtime(os.path.join(first["logdir"], "final_metrics.json"))
         assert os.path.getmtime(os.path.join(second["logdir"], "config.yaml")) >= finished
+
+
+@pytest.mark.slow  # two sweep runs, one a process of its own
+def test_a_killed_drivers_trainer_keeps_its_gpu_from_the_next_run(tmp_path):
+    """The trainer a SIGKILLed driver left running on GPU 0 holds it: the next run (GPUs 0 and 1, --parallel 2)
+    runs the other trials on GPU 1 alone until that trainer ends (before, it gave GPU 0 to a second trainer)."""
+    import threading
+
+    rates = [300.0, 0.5, 0.25]  # 300: trains until the test releases it, once the next run started a trial
+    worker = start_worker(tmp_path, rates, gpus=("0", "1"), start_new_session=True)
+    out = tmp_path / "out"
+    while not glob.glob(f"{out}/trial-*/ckpt"):  # the first trial is training, on GPU 0
+        assert worker.poll() is None, worker.communicate()[0]
+        time.sleep(0.05)
+    os.kill(worker.pid, signal.SIGKILL)  # its trainer goes on
+    worker.wait()
+
+    def release_once_another_trial_started():
+        deadline = time.monotonic() + 120
+        while len(glob.glob(f"{out}/trial-*/gpus")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (out / "release").touch()
+
+    releaser = threading.Thread(target=release_once_another_trial_started)
+    releaser.start()
+    sweep_here(tmp_path, rates, parallel=2, gpus=("0", "1"))
+    releaser.join()
+    records = {r["overrides"]["optimizer_params.learning_rate"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert sorted(records) == sorted(rates) and all(r["status"] == "ok" for r in records.values())
+
+    def starts(rate):
+        lines = open(os.path.join(records[rate]["logdir"], "gpus")).read().split()
+        return list(zip(lines[::2], map(float, lines[1::2])))
+
+    assert [gpus for gpus, _ in starts(300.0)] == ["0"]  # run once, by the killed driver
+    orphan_end = os.path.getmtime(os.path.join(records[300.0]["logdir"], "final_metrics.json"))
+    (first, started), = starts(0.5)  # the next run's first trial: the orphan still trained
+    assert first == "1" and started < orphan_end
+    (gpus, started), = starts(0.25)
+    assert gpus == "1" or started >= orphan_end, (gpus, started, orphan_end)
 
 
 def test_tpe_is_seeded_and_proposes_what_optunas_own_tpe_sampler_proposes():
