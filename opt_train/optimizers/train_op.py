@@ -13,9 +13,9 @@ for; `CompiledSteps` (compiled_steps.py) the compiled kinds of step; `StepFigure
 - `micro_batches` counts every micro-batch run, skipped updates included: the data
   position a resumed run starts its stream at.
 - `last_loss_sum` is the float64 sum of the losses of the micro-batches the last `update`
-  or `run` call ran. Float64 has 29 bits more than float32, so float32 losses add without
-  rounding unless they span over about 2^19 (less the bits their count takes): the sums
-  of a run's calls are then the same however the calls split its steps, and a resumed
+  or `run` call ran. Float64 carries 29 bits more than float32, so float32 losses add up
+  without rounding while the largest is under 2^29 / (their count) times the smallest: the
+  sums of a run's calls are then the same however the calls split its steps, and a resumed
   run's report interval adds up to an uninterrupted run's (a float32 mean per call did
   not: each split rounded differently).
 """
