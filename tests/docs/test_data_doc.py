@@ -18,10 +18,14 @@ FENCE = re.compile(r"^```(\w+)(?:[ \t]+(\S+))?\n(.*?)^```", re.S | re.M)
 # arguments and folder to the test, which runs the command in this process (TensorFlow is
 # imported once, not once per command) and replies with its output and exit code. The
 # plain-TensorFlow `python -c` that loads the SavedModel stays a fresh process, without opt-train.
+# Each side hands over by renaming a finished file, which the other waits for. (The reply was a
+# FIFO: once, in a full CI run, a shell ended at `set -e` with none of its command's output, most
+# likely a `read` of the FIFO that saw end-of-file; a file has no open or EOF to time.)
 PRELUDE = r"""set -e
 opt-train() {
   printf '%s\0' "$PWD" "$@" > "$CALLS/request.part" && mv "$CALLS/request.part" "$CALLS/request"
-  read -r status < "$CALLS/reply"
+  while [ ! -e "$CALLS/status" ]; do sleep 0.05; done
+  read -r status < "$CALLS/status" && rm "$CALLS/status"
   cat "$CALLS/stdout"; cat "$CALLS/stderr" >&2
   return "$status"
 }
@@ -70,24 +74,16 @@ def _opt_train(folder, args, calls):
     return code
 
 
-def _reply(path, code, bash):
-    """Writes `code` to the FIFO bash reads it from, once bash has it open (nothing if bash has ended)."""
-    while True:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
-        except OSError:
-            if bash.poll() is not None:
-                return
-            time.sleep(0.01)
-            continue
-        with os.fdopen(fd, "w") as reply:
-            reply.write(f"{code}\n")
-        return
+def _reply(calls, code):
+    """Hands `code` to the shell: calls/status, whole once it exists (a shell that died never reads it)."""
+    (calls / "status.part").write_text(f"{code}\n")
+    os.replace(calls / "status.part", calls / "status")
 
 
 def run_block(text, folder, env, calls):
     """Runs a bash block in `folder`, serving its `opt-train` calls; returns (exit code, stdout, stderr)."""
     request, out, err = calls / "request", calls / "bash.out", calls / "bash.err"
+    (calls / "status").unlink(missing_ok=True)  # a reply an earlier shell did not live to read
     with open(out, "w") as stdout, open(err, "w") as stderr:
         bash = subprocess.Popen(["bash", "-c", PRELUDE + text], cwd=folder, env=env, stdout=stdout, stderr=stderr)
         while bash.poll() is None:
@@ -96,7 +92,7 @@ def run_block(text, folder, env, calls):
                 continue
             where, *args = request.read_bytes().decode().split("\0")[:-1]
             request.unlink()
-            _reply(calls / "reply", _opt_train(where, args, calls), bash)
+            _reply(calls, _opt_train(where, args, calls))
     return bash.returncode, out.read_text(), err.read_text()
 
 
@@ -104,7 +100,6 @@ def run_block(text, folder, env, calls):
 def test_every_command_of_the_walk_through_runs(tmp_path):
     calls, folder = tmp_path / "calls", tmp_path / "walk-through"
     calls.mkdir(), folder.mkdir()
-    os.mkfifo(calls / "reply")
     env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
            "CALLS": str(calls)}
     outputs = []
