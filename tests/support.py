@@ -86,6 +86,18 @@ def train_in_process(folder, run, export=False):
     return config, pathlib.Path(folder) / "run", result.output
 
 
+def copy_run(logdir, to):
+    """A copy at `to` (returned) of the finished run in `logdir`, without its lock file: a module's trained
+    run, copied for each test that changes it, is then a logdir nobody holds."""
+    import shutil
+
+    from opt_train.training.logdir import LOCK_FILE
+
+    shutil.copytree(logdir, to)
+    (pathlib.Path(to) / LOCK_FILE).unlink(missing_ok=True)
+    return pathlib.Path(to)
+
+
 # What a cluster launcher hands its workers: the machine running the tests must not pass
 # any of them to the runs and launchers the tests start, nor into a config's verdict.
 LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",

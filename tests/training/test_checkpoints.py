@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import SMALL_RUN, fill_disk, one_error_line, read_json, train_in_process
+from tests.support import SMALL_RUN, copy_run, fill_disk, one_error_line, read_json, train_in_process
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
@@ -25,10 +25,7 @@ def trained(tmp_path_factory):
 
 @pytest.fixture
 def logdir_copy(trained, write_config, tmp_path):
-    logdir = tmp_path / "run"
-    shutil.copytree(trained, logdir)
-    (logdir / ".lock").unlink(missing_ok=True)
-    return write_config(RUN), logdir
+    return write_config(RUN), copy_run(trained, tmp_path / "run")
 
 
 def _eval_accuracy(cli, config, *checkpoint):

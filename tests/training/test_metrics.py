@@ -1,12 +1,11 @@
 """What a run reports is a function of the step alone: whatever the stops, resumes and kills in between."""
 
 import pathlib
-import shutil
 
 import pytest
 import tensorflow as tf
 
-from tests.support import read_json, read_jsonl, train_in_process
+from tests.support import copy_run, read_json, read_jsonl, train_in_process
 
 RUN = {
     "model": "mlp",
@@ -59,9 +58,7 @@ def ten_updates(tmp_path_factory):
 @pytest.fixture
 def ten_updates_copy(ten_updates, write_config, tmp_path):
     """`(config, logdir)`: a copy of the module's run at tmp_path/run, and its config."""
-    shutil.copytree(ten_updates, tmp_path / "run")
-    (tmp_path / "run" / ".lock").unlink(missing_ok=True)
-    return write_config(TEN), tmp_path / "run"
+    return write_config(TEN), copy_run(ten_updates, tmp_path / "run")
 
 
 @pytest.mark.slow  # a resume, and the module's run
