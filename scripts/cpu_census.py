@@ -5,8 +5,9 @@
 
 For the command's run, a `.pth` file in this Python's site-packages makes every process of this
 interpreter (children of children, os._exit included) write `{pid, ppid, argv, cpu, tensorflow}`
-to a folder when it ends; the file is removed afterwards, whatever happens. A process killed by
-SIGKILL writes nothing, and a Python other than this one is not seen. `tests.cpu_report` counts
+to a folder when it ends. The file is removed afterwards, after a Ctrl-C too; if this process is
+killed, it stays, inert without the variable it asks for. A process killed by SIGKILL writes
+nothing, and a Python other than this one is not seen. `tests.cpu_report` counts
 by test file; this counts by process, which is what says whether a change to how processes start
 can pay (docs/development.md).
 """

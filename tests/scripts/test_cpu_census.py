@@ -1,15 +1,16 @@
 """scripts/cpu_census.py: every Python process a command starts is counted once, with its own CPU and who started it, and the interpreter's site-packages is left as it was (in a throwaway venv)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 from tests.support import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
-import cpu_census  # noqa: E402
-
 SCRIPT = REPO / "scripts" / "cpu_census.py"
+spec = importlib.util.spec_from_file_location("cpu_census", SCRIPT)
+cpu_census = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cpu_census)
 # A parent that starts a child spending at least 0.3 s of CPU.
 PARENT = ("import subprocess, sys\n"
           "subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
