@@ -26,9 +26,12 @@ import tempfile
 
 VARIABLE = "OPT_TRAIN_CPU_CENSUS"
 MODULE = "_opt_train_cpu_census"
-# Inert without the variable, and silent on any failure: a process of another run must not notice it.
-PTH_LINE = (f'import os; exec("try:\\n import {MODULE}\\nexcept Exception:\\n pass") '
-            f'if os.environ.get("{VARIABLE}") else None\n')
+# Inert without the variable, silent on any failure (a process of another run must not notice it),
+# and writing no bytecode of the recorder: nothing of it stays in site-packages.
+_IMPORT = "\n".join(["try:", " written = sys.dont_write_bytecode", " sys.dont_write_bytecode = True", " try:",
+                     f"  import {MODULE}", " finally:", "  sys.dont_write_bytecode = written",
+                     "except Exception:", " pass"])
+PTH_LINE = f"import os, sys; exec({_IMPORT!r}) if os.environ.get({VARIABLE!r}) else None\n"
 RECORDER = f'''"""Writes this process's CPU seconds at exit into ${VARIABLE} (scripts/cpu_census.py)."""
 import atexit, json, os, sys
 
