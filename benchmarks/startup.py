@@ -18,8 +18,14 @@ _FIRST_STEP_LINE = re.compile(r"^step 1/")
 
 
 def _command():
-    """The installed console script, or the module when it is not on PATH."""
-    script = shutil.which("opt-train")
+    """This Python's console script, else the one on PATH, else the module.
+
+    The one beside `sys.executable` first: on PATH a version manager's shim (pyenv's is a
+    bash script that runs `pyenv exec`) can come first and add its own start-up, 0.07 s on
+    2026-11-29, to every figure.
+    """
+    beside = os.path.join(os.path.dirname(sys.executable), "opt-train")
+    script = beside if os.access(beside, os.X_OK) else shutil.which("opt-train")
     return [script] if script else [sys.executable, "-m", "opt_train"]
 
 

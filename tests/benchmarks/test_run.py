@@ -1,6 +1,8 @@
 """Smoke test of the benchmark harness at tiny sizes: the JSON has every field; no timing is asserted."""
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -116,3 +118,16 @@ def test_quick_startup_section_runs_the_cli(tmp_path):
     assert startup["first_step"].get("to_first_step_seconds"), startup["first_step"]
     assert startup["cli_benchmark"].get("time_per_step"), startup["cli_benchmark"]
     assert [row["figure"] for row in results["targets"]] == ["startup.help_seconds"]
+
+
+def test_startup_times_this_pythons_script_not_a_shim_first_on_path(tmp_path, monkeypatch):
+    from benchmarks import startup
+
+    beside = os.path.join(os.path.dirname(sys.executable), "opt-train")
+    if not os.access(beside, os.X_OK):
+        pytest.skip("opt-train is not installed beside this Python")
+    shim = tmp_path / "opt-train"
+    shim.write_text("#!/bin/sh\nexec pyenv exec opt-train \"$@\"\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert startup._command() == [beside]

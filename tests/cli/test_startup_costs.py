@@ -1,21 +1,28 @@
 """What a command pays before its first step: TensorFlow's import without Keras's optional bridges
-(scikit-learn, pandas, matplotlib, IPython), the digits without scikit-learn, the steps traced without AutoGraph."""
+(scikit-learn, pandas, matplotlib, IPython) and without the garbage collector walking it, the digits
+without scikit-learn, the steps traced without AutoGraph."""
 
+import gc
 import json
 import sys
 
 import pytest
 
-from opt_train import keras_bridges
+from opt_train import keras_bridges, quiet
 from tests.support import END_WITHOUT_TEARDOWN, SMALL_RUN, run_python, write_run
 
 # A command's process: TensorFlow imported as every command imports it, AutoGraph's
 # conversions recorded, one run that reports, summarizes, evaluates and exports; then
 # what it loaded, what Keras saw of the bridged modules, and which functions were converted.
 COMMAND = """
-import json, sys
+import gc, json, sys
 from opt_train import quiet
+collections = {"import": [], "run": []}
+phase = ["import"]
+gc.callbacks.append(lambda stage, info: stage == "start" and collections[phase[0]].append(info["generation"]))
 quiet.import_tensorflow()
+phase[0] = "run"
+collected_by_the_import = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
 from tensorflow.python.autograph.pyct import transpiler
 converted = []
 transform = transpiler.PyToPy.transform
@@ -39,6 +46,7 @@ print(json.dumps({
     # No mark is left behind, so the process itself imports them as usual afterwards.
     "marked": [name for name, module in sys.modules.items() if module is None],
     "converted": converted,
+    "collector": {**collected_by_the_import, "collections": collections},
 }))
 """ + END_WITHOUT_TEARDOWN
 
@@ -58,6 +66,16 @@ def test_a_digits_run_leaves_the_bridges_out_and_the_process_can_import_them(com
                                  "IPython": False}
     assert command["keras_sees"] == {"pandas": False, "sklearn": False, "IPython": False}
     assert command["marked"] == []
+
+
+@pytest.mark.slow
+def test_the_import_runs_no_collection_and_later_ones_skip_what_it_made(command):
+    # Python's own thresholds run five full collections during the import (2026-11-29).
+    collector = command["collector"]
+    assert collector["collections"]["import"] == []
+    assert collector["enabled"]
+    assert collector["frozen"] > 100_000  # the import's objects (about 450,000)
+    assert collector["collections"]["run"], "the run made no collection at all: the hook is not where it was"
 
 
 @pytest.mark.slow
@@ -85,3 +103,33 @@ def test_nothing_is_marked_once_keras_is_loaded(monkeypatch):
     monkeypatch.delitem(sys.modules, "sklearn", raising=False)
     with keras_bridges.left_out():
         assert "sklearn" not in sys.modules
+
+
+@pytest.fixture
+def tensorflow_not_yet_imported(monkeypatch):
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    frozen = gc.get_freeze_count()
+    yield
+    assert gc.isenabled()
+    if gc.get_freeze_count() != frozen:
+        gc.unfreeze()  # this worker's objects are no import's; they go back to be collected
+
+
+def test_an_import_that_fails_leaves_the_collector_on_and_nothing_frozen(tensorflow_not_yet_imported):
+    frozen = gc.get_freeze_count()
+    with pytest.raises(ImportError):
+        with quiet._collector_paused():
+            assert not gc.isenabled()
+            raise ImportError("libcudart.so.12: cannot open shared object file")
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_a_collector_the_caller_turned_off_stays_off(tensorflow_not_yet_imported):
+    gc.disable()
+    try:
+        with quiet._collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
