@@ -29,6 +29,11 @@ START_SECONDS = 30
 # waited two and a half minutes on these alone. A step's credential is checked the moment
 # its tasks launch on this one node, well within 10 s.
 CRED_EXPIRE_SECONDS = 10
+# The main scheduling loop's period, 60 s by default. A backfill pass (every second here) skips
+# a queue where nothing changed, and a start time that arrives (`--begin`) or a requeued job's
+# wait that ends is no change: such a job waited for the main loop, up to a minute
+# (slurmctld.log: submitted 03:19:53 with --begin=now+15, allocated by "sched:" at 03:20:52).
+SCHED_INTERVAL_SECONDS = 1
 
 
 def _free_port():
@@ -61,7 +66,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=20
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1
+SchedulerParameters=bf_interval=1,sched_interval={SCHED_INTERVAL_SECONDS}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 JobAcctGatherType=jobacct_gather/none
