@@ -1,6 +1,7 @@
 """Suite-wide fixtures: quiet TensorFlow, and helpers for writing configs and running the CLI."""
 
 import os
+import sys
 
 import pytest
 
@@ -31,6 +32,25 @@ def _quiet_settings_kept():
     yield
     after = {name: os.environ.get(name) for name in QUIET_SETTINGS}
     assert after == before, f"the test changed this process's log settings: {before} -> {after}"
+
+
+@pytest.fixture(autouse=True)
+def _keras_dtype_policy_restored():
+    """The next test on this worker finds Keras's global dtype policy as this one found it.
+
+    `build_run` sets the global policy for its run (`dtype: mixed` makes it mixed_float16), as a
+    command does once per process, and leaves it. A test that built a plain Keras model after such
+    a run on the same xdist worker computed in float16: a MobileNet reference's 1e-17 outputs
+    underflowed to 0, and a comparison with them failed in one CI run in a few dozen.
+    """
+    if "keras" not in sys.modules:  # a process that never imported it: nothing to restore
+        yield
+        return
+    import keras
+
+    before = keras.config.dtype_policy()
+    yield
+    keras.config.set_dtype_policy(before)
 
 
 @pytest.fixture
