@@ -41,7 +41,7 @@ def _keras_dtype_policy_restored():
     `build_run` sets the global policy for its run (`dtype: mixed` makes it mixed_float16), as a
     command does once per process, and leaves it. A test that built a plain Keras model after such
     a run on the same xdist worker computed in float16: a MobileNet reference's 1e-17 outputs
-    underflowed to 0, and a comparison with them failed in one CI run in a few dozen.
+    underflowed to 0, and a comparison with them failed (a clean-clone CI run, 2026-11-29).
     """
     if "keras" not in sys.modules:  # a process that never imported it: nothing to restore
         yield
