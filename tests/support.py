@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -131,6 +132,16 @@ def read_json(path):
 
 def read_jsonl(path):
     return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+
+
+def signals_as_a_terminal_leaves_them():
+    """A child's `preexec_fn`: SIGINT and SIGTERM at their defaults, as a process started from a terminal has them.
+
+    A suite started as a background job (`cmd &`, no job control) has SIGINT ignored; its children
+    inherit that, and Python (or a shell) then raises or dies on nothing.
+    """
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def run_python(code, *args, cwd=None):

@@ -23,6 +23,7 @@ from opt_train.errors import (
     exit_codes_markdown,
 )
 from opt_train.training.errors import Interrupted, Pruned, RunRefused
+from tests.support import signals_as_a_terminal_leaves_them
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "opt_train"
@@ -43,15 +44,8 @@ def test_a_stop_by_signal_ends_as_a_shell_reports_it():
     """The reference is sh's own `$?` for a child that SIGINT / SIGTERM ended."""
     for number, code in zip((signal.SIGINT, signal.SIGTERM), INTERRUPTED_EXIT_CODES):
         shell = subprocess.run(["sh", "-c", f'sh -c "kill -{int(number)} \\$\\$"; echo $?'],
-                               capture_output=True, text=True, check=True, preexec_fn=_signals_by_default)
+                               capture_output=True, text=True, check=True, preexec_fn=signals_as_a_terminal_leaves_them)
         assert int(shell.stdout) == code == Interrupted("stopped", number).exit_code
-
-
-def _signals_by_default():
-    """SIGINT and SIGTERM as a shell expects them: a suite started as a background job (`cmd &`, no job
-    control) has SIGINT ignored, the inner `sh` inherits that, and cannot undo it."""
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, signal.SIG_DFL)
 
 
 def test_help_lists_every_exit_code(cli):

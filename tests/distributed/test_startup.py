@@ -22,7 +22,7 @@ from opt_train.distributed.cluster import Cluster
 from opt_train.distributed.startup import stop_on_signals, wait_for_workers
 from opt_train.errors import Interrupted, TrainingFailed
 from tests.processes import HOROVOD_INSTALLED, free_ports
-from tests.support import REPO, unlaunched_environ, write_run
+from tests.support import REPO, signals_as_a_terminal_leaves_them, unlaunched_environ, write_run
 
 # Far above a lone worker's whole life here (the TensorFlow import and the wait); reaching it means a hang.
 HANG_SECONDS = 240
@@ -117,8 +117,7 @@ def start_alone(tmp_path, environment, **settings):
         [sys.executable, "-m", "opt_train", "train", "--config", str(config)], cwd=REPO,
         env=unlaunched_environ(**environment, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        # SIGINT at its default, as a terminal leaves it (a suite run in the background has it ignored).
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=signals_as_a_terminal_leaves_them,
     )
 
 

@@ -8,13 +8,7 @@ import time
 
 import pytest
 
-from tests.support import REPO, write_run
-
-
-def _sigint_as_a_terminal_leaves_it():
-    """The child's SIGINT to its default: a suite started in the background of a script
-    (`pytest &`) has it ignored, children inherit that, and Python then raises nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+from tests.support import REPO, signals_as_a_terminal_leaves_them, write_run
 
 
 def _tensorflow_loaded(pid):
@@ -30,7 +24,7 @@ def test_ctrl_c_during_the_tensorflow_import_exits_130(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "opt_train", "train", "--config", str(config)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_a_terminal_leaves_it,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_a_terminal_leaves_them,
     )
     # The TensorFlow library is mapped at the start of its import, seconds before it ends.
     deadline = time.monotonic() + 120
@@ -92,7 +86,7 @@ def test_ctrl_c_the_import_would_lose_still_exits_130(tmp_path, where):
     done = subprocess.run(
         [sys.executable, "-c", child, "train", "--config", str(config)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
-        preexec_fn=_sigint_as_a_terminal_leaves_it,
+        preexec_fn=signals_as_a_terminal_leaves_them,
     )
     assert done.returncode == 130, done.stdout + done.stderr
     assert "interrupted by SIGINT before training started" in done.stderr
