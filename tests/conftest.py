@@ -1,7 +1,6 @@
 """Suite-wide fixtures: quiet TensorFlow, and helpers for writing configs and running the CLI."""
 
 import os
-import sys
 
 import pytest
 
@@ -43,10 +42,7 @@ def _keras_dtype_policy_restored():
     a run on the same xdist worker computed in float16: a MobileNet reference's 1e-17 outputs
     underflowed to 0, and a comparison with them failed (a clean-clone CI run, 2026-11-29).
     """
-    if "keras" not in sys.modules:  # a process that never imported it: nothing to restore
-        yield
-        return
-    import keras
+    import keras  # imported already: pytest_configure imports TensorFlow in every process that runs tests
 
     before = keras.config.dtype_policy()
     yield
