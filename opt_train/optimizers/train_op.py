@@ -56,6 +56,7 @@ class TrainOp(tf.Module):
         # A DTensor mesh: batches are laid out on it before the compiled step (`backend.place_batch`).
         self._mesh = backend.mesh
         self.last_loss_sum = None
+        self._finite_flags = None  # (the paths checked, their compiled check): `nonfinite_variables`
 
     @property
     def optimizer(self):
@@ -252,3 +253,22 @@ class TrainOp(tf.Module):
     def stop_reason(self):
         """None, or why the run must stop (the first stage with a stop policy that says so)."""
         return self.update_step.stop_reason
+
+    def nonfinite_variables(self):
+        """The paths of the trained variables and float optimizer state that hold a NaN or an infinity.
+
+        The finite check judges the gradient; an update rule can still make a weight non-finite
+        from finite gradients (Keras 3's Adafactor divides 0 by 0 where a row and a column of a
+        kernel's gradient are all zero). Such a weight stays non-finite under every later update,
+        and a forward pass may not show it (oneDNN's ReLU turns NaN into 0): the loop asks this
+        before it reports, evaluates or saves. One compiled reduction per variable, no copy.
+        """
+        if self._finite_flags is None:
+            self.build()
+            found = [*self.variables_to_train, *self.optimizer.variables]
+            unique = list({id(v): v for v in found if tf.as_dtype(v.dtype).is_floating}.values())
+            flags = tf.function(lambda: tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in unique]),
+                                autograph=False)
+            self._finite_flags = ([getattr(v, "path", v.name) for v in unique], flags)
+        paths, flags = self._finite_flags
+        return [path for path, finite in zip(paths, flags().numpy()) if not finite]

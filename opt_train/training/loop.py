@@ -11,7 +11,7 @@ from opt_train.distributed.names import worker_noun
 from opt_train.training.cadence import StopCadence
 from opt_train.training.errors import TrainingFailed
 from opt_train.training.interrupt import StopRequests
-from opt_train.training.stops import EARLY, POLICY, PRUNED, SIGNALLED, Stops
+from opt_train.training.stops import DIVERGED, EARLY, POLICY, PRUNED, SIGNALLED, Stops
 
 
 def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=False, evaluate=True):
@@ -224,8 +224,8 @@ class Session:
                 self.stops.check(self.step, (POLICY, SIGNALLED), at=self.step + 1)
                 continue
             checks = self.step % self.cadence.every == 0 or self.step == self.run.max_steps
-            if checks:
-                self.stops.check(self.step, (POLICY,))
+            # Nothing is reported, evaluated or saved from weights that are not finite.
+            self.stops.check(self.step, (POLICY, DIVERGED) if checks else (DIVERGED,))
             if summarize:
                 self.outputs.summaries(self.step, result, reported=reporting)
             if reporting:

@@ -4,6 +4,8 @@
 that says stop:
 - `POLICY`: the train op's stop policy fired (`on_nonfinite: stop`): recorded as
   `{"stopped": reason}`, then `TrainingFailed`; nothing is saved;
+- `DIVERGED`: an update made a weight or the optimizer's state non-finite (no policy can undo
+  that): a `POLICY` stop, asked before anything is reported, evaluated or saved;
 - `SIGNALLED`: SIGINT/SIGTERM reached a rank: a checkpoint (none under --benchmark), the
   record `{"interrupted": name}`, then `Interrupted` (exit 128 + the signal), so the same
   command resumes exactly;
@@ -28,6 +30,8 @@ POLICY = "stopped"
 SIGNALLED = "interrupted"
 PRUNED = "pruned"
 EARLY = "early_stopping"
+# A look without a record of its own: what it finds is a POLICY stop.
+DIVERGED = "diverged"
 
 
 class Stop(NamedTuple):
@@ -85,7 +89,8 @@ class Stops:
         Every rank asks the same `looks` at the same steps: a signal and the pruner are collectives.
         """
         asks = {POLICY: lambda: self._policy(at if at is not None else step), SIGNALLED: lambda: self._signal(step),
-                PRUNED: lambda: self._pruned(step), EARLY: lambda: self._early(step)}
+                PRUNED: lambda: self._pruned(step), EARLY: lambda: self._early(step),
+                DIVERGED: lambda: self._diverged(step)}
         for look in looks:
             stop = asks[look]()
             if stop is not None:
@@ -95,6 +100,15 @@ class Stops:
     def _policy(self, step):
         reason = self.run.train_op.stop_reason
         return Stop(POLICY, step, reason) if reason else None
+
+    def _diverged(self, step):
+        """The variables an update left non-finite: the same on every rank (their values are), so no collective."""
+        found = self.run.train_op.nonfinite_variables()
+        if not found:
+            return None
+        named = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        return Stop(POLICY, step, f"an update left {named} not finite, from finite gradients (the "
+                                  "optimizer's update rule overflowed or divided by zero)")
 
     def _signal(self, step):
         """SIGINT/SIGTERM received by any rank (the same answer on every rank), before `max_steps`."""

@@ -89,6 +89,44 @@ def test_a_run_that_skips_every_update_stops_with_a_clear_line(bound, cli, write
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["stopped"].startswith(f"{limit} consecutive")
 
 
+def test_keras_adafactor_divides_zero_by_zero_where_a_zero_gradient_row_meets_a_zero_column():
+    """The fault the next test's run meets, in Keras 3's own Adafactor: its factored second moment (a row's
+    mean times a column's, both 1e-30 where the gradient is zero) underflows float32 to 0 where they meet,
+    0 / sqrt(0) is NaN there, and the update's RMS clipping spreads it over the whole kernel."""
+    import keras
+
+    def updated(zero_column):
+        kernel = tf.Variable(np.ones((3, 2), np.float32))
+        gradient = np.full((3, 2), 0.5, np.float32)
+        gradient[0, :] = 0.0
+        if zero_column:
+            gradient[:, 0] = 0.0
+        keras.optimizers.Adafactor(learning_rate=0.1).apply_gradients([(tf.constant(gradient), kernel)])
+        return kernel.numpy()
+
+    assert np.isfinite(updated(zero_column=False)).all()
+    assert np.isnan(updated(zero_column=True)).all()
+
+
+def test_an_update_that_leaves_a_weight_not_finite_stops_the_run_before_any_figure_or_checkpoint(
+        cli, write_config, tmp_path):
+    """Digits has always-blank pixels (all-zero kernel rows) and, under ReLU, a hidden unit dead on the whole
+    batch (an all-zero column): Adafactor's first update makes that weight NaN from finite gradients. With
+    oneDNN's ReLU (NaN in, 0 out) every later loss was finite: the run ended "done" on a NaN checkpoint."""
+    config = write_config({**RUN, "model": "mlp", "model_params": {"hidden_units": [32]}, "random_seed": 0,
+                           "batch_size_per_gpu": 64, "optimizer": "Adafactor",
+                           "optimizer_params": {"learning_rate": 0.1}, "max_steps": 4, "print_loss_steps": 2,
+                           "save_checkpoint_steps": 1})
+    result = cli("train", "--config", config)
+    assert result.exit_code == 1, result.output
+    reason = "an update left dense_0/kernel not finite, from finite gradients"
+    assert f"Error: stopped at step 1: {reason}" in result.output
+    assert "Traceback" not in result.output
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl") == [{"step": 1, "stopped": reason + (
+        " (the optimizer's update rule overflowed or divided by zero)")}]
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")) is None
+
+
 def test_a_checkpoint_from_before_the_data_position_restores_with_the_old_counting(tmp_path):
     """Written without `micro_batches` (by TF's own writer): it restores whole, position = step × iter_size."""
     from opt_train.training.checkpoints import Checkpoints
