@@ -345,6 +345,17 @@ def user_code_error(config, error):
 
 
 @contextlib.contextmanager
+def dtype_policy_kept():
+    """Within: `build_run` may set Keras's global dtype policy for its run (the run's layers keep it); after:
+    the caller's again, so that a Python caller of `train` or `evaluate` builds its next model as before."""
+    policy = keras.config.dtype_policy()
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+@contextlib.contextmanager
 def graph_refusals(config):
     """Within: TensorFlow's refusal of the user's Python control flow on a tensor, met while a step or
     a serving function is traced (train, eval, predict, export), re-raised as a `ConfigError` at the

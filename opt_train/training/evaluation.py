@@ -177,7 +177,7 @@ def evaluate(config, checkpoint=None, report=None, raw_weights=False):
     `report(line)` hears which checkpoint was evaluated, with which weights, and each
     newer one passed over, with why.
     """
-    from opt_train.training.builder import graph_refusals
+    from opt_train.training.builder import dtype_policy_kept, graph_refusals
     from opt_train.training.checkpoints import resolve_checkpoint
 
     if checkpoint is None and config.restore_best_checkpoint:
@@ -190,11 +190,12 @@ def evaluate(config, checkpoint=None, report=None, raw_weights=False):
     # An unusable argument, or no checkpoint at all, is refused before anything is built.
     found = resolve_checkpoint(checkpoint, config.logdir)
     path = found if checkpoint is not None else None  # None: the newest that restores
-    run, restored, optimizer = restore_run(config, path, raw_weights, report)
-    if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
-        raise TrainingFailed(f"{config.named('data')} has no eval split to evaluate on")
-    if report is not None:
-        report(f"evaluating {restored}{weights_note(uses_ema(optimizer))}")
-    with graph_refusals(config):
-        results = Evaluator(run.model, run.data, jit_compile=config.jit_compile, optimizer=optimizer)()
+    with dtype_policy_kept():
+        run, restored, optimizer = restore_run(config, path, raw_weights, report)
+        if run.data.eval is None:  # a TFRecord source without eval_files, a factory without an eval split
+            raise TrainingFailed(f"{config.named('data')} has no eval split to evaluate on")
+        if report is not None:
+            report(f"evaluating {restored}{weights_note(uses_ema(optimizer))}")
+        with graph_refusals(config):
+            results = Evaluator(run.model, run.data, jit_compile=config.jit_compile, optimizer=optimizer)()
     return {"checkpoint": restored, **{f"eval/{k}": v for k, v in results.items()}}

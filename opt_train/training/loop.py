@@ -22,7 +22,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
     fresh folder beside logdir when logdir holds a run (see `training.logdir`).
     `evaluate=False` (`--mode train`) runs no evaluation, in the run or at its end.
     """
-    from opt_train.training.builder import backend_for, build_run, graph_refusals
+    from opt_train.training.builder import backend_for, build_run, dtype_policy_kept, graph_refusals
     from opt_train.training.launch import check_launch
     from opt_train.training.logdir import LogdirLock, prepare
 
@@ -41,7 +41,7 @@ def train(config, *, resume=True, benchmark=False, backend=None, resume_changed=
         # Every worker's own log (a pod's) starts by saying which worker it is.
         print(worker_line(worker_noun(config.distributed), backend, config.batch_size_per_gpu, config.iter_size), flush=True)
     config, resume, notes = prepare(config, backend, resume=resume, resume_changed=resume_changed)
-    with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext():
+    with LogdirLock(config.logdir, config) if backend.is_chief else contextlib.nullcontext(), dtype_policy_kept():
         run = build_run(config, backend)
         with StopRequests() as stop_requests:
             session = Session(run, benchmark=benchmark, stop_requests=stop_requests)
