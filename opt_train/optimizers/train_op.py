@@ -261,7 +261,7 @@ class TrainOp(tf.Module):
         from finite gradients (Keras 3's Adafactor divides 0 by 0 where a row and a column of a
         kernel's gradient are all zero). Such a weight stays non-finite under every later update,
         and a forward pass may not show it (oneDNN's ReLU turns NaN into 0): the loop asks this
-        before it reports, evaluates or saves. One compiled reduction per variable, no copy.
+        before it reports, evaluates or saves. One compiled call: a reduction per variable.
         """
         if self._finite_flags is None:
             self.build()

@@ -157,6 +157,9 @@ class Session:
         self.run.backend.broadcast_variables(
             list(self.run.model.variables) + list(self.run.train_op.state_variables())
         )
+        loaded = restored or (config.init_from and "init_from") or (config.load_model and "load_model")
+        if loaded:  # a fresh initialization is finite; what was read may not be (a checkpoint of a run that diverged)
+            self.stops.refuse_nonfinite_start(loaded)
         self.step = int(self.run.train_op.global_step.numpy())
         self.interval.restored(self.run.train_op.data_position)
         self.outputs.started(self.step, resume, benchmark=bool(self.benchmark))

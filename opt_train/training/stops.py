@@ -34,6 +34,11 @@ EARLY = "early_stopping"
 DIVERGED = "diverged"
 
 
+def _nonfinite_named(paths):
+    """The first three of `paths`, and how many more: "" for none."""
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
 class Stop(NamedTuple):
     """A reason to end the run: its `kind`, the `step` it names, what stopped it (`reason`) and the signal's number."""
 
@@ -103,12 +108,18 @@ class Stops:
 
     def _diverged(self, step):
         """The variables an update left non-finite: the same on every rank (their values are), so no collective."""
-        found = self.run.train_op.nonfinite_variables()
-        if not found:
+        named = _nonfinite_named(self.run.train_op.nonfinite_variables())
+        if not named:
             return None
-        named = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         return Stop(POLICY, step, f"an update left {named} not finite, from finite gradients (the "
                                   "optimizer's update rule overflowed or divided by zero)")
+
+    def refuse_nonfinite_start(self, loaded):
+        """`TrainingFailed` when the weights or optimizer state read from `loaded` (a checkpoint's path,
+        `init_from`, `load_model`) are not finite: no update could mend them."""
+        named = _nonfinite_named(self.run.train_op.nonfinite_variables())
+        if named:
+            raise TrainingFailed(f"{loaded} holds {named} not finite: the run cannot start from it")
 
     def _signal(self, step):
         """SIGINT/SIGTERM received by any rank (the same answer on every rank), before `max_steps`."""

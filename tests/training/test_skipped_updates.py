@@ -127,6 +127,25 @@ def test_an_update_that_leaves_a_weight_not_finite_stops_the_run_before_any_figu
     assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")) is None
 
 
+def test_a_run_will_not_resume_from_a_checkpoint_that_holds_a_weight_not_finite(cli, write_config, tmp_path):
+    """A checkpoint that a diverged run wrote before runs stopped there, rewritten here with TensorFlow's own
+    SaveV2: every tensor as saved, the first kernel NaN."""
+    config = write_config({**RUN, "max_steps": 1, "save_checkpoint_steps": 1})
+    assert cli("train", "--config", config).exit_code == 0
+    prefix = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
+    reader = tf.train.load_checkpoint(prefix)
+    names = sorted(reader.get_variable_to_shape_map())
+    tensors = [reader.get_tensor(name) for name in names]
+    kernel = names.index("model_variables/0/.ATTRIBUTES/VARIABLE_VALUE")
+    tensors[kernel] = np.full_like(tensors[kernel], np.nan)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+
+    result = cli("train", "--config", config, "--set", "max_steps=2")
+    assert result.exit_code == 1, result.output
+    assert f"Error: {prefix} holds dense_0/kernel not finite: the run cannot start from it" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_a_checkpoint_from_before_the_data_position_restores_with_the_old_counting(tmp_path):
     """Written without `micro_batches` (by TF's own writer): it restores whole, position = step × iter_size."""
     from opt_train.training.checkpoints import Checkpoints
