@@ -56,7 +56,7 @@ class TrainOp(tf.Module):
         # A DTensor mesh: batches are laid out on it before the compiled step (`backend.place_batch`).
         self._mesh = backend.mesh
         self.last_loss_sum = None
-        self._finite_flags = None  # (the paths checked, their compiled check): `nonfinite_variables`
+        self._nonfinite = None  # `nonfinite_variables`' compiled check, made at its first call
 
     @property
     def optimizer(self):
@@ -261,14 +261,24 @@ class TrainOp(tf.Module):
         from finite gradients (Keras 3's Adafactor divides 0 by 0 where a row and a column of a
         kernel's gradient are all zero). Such a weight stays non-finite under every later update,
         and a forward pass may not show it (oneDNN's ReLU turns NaN into 0): the loop asks this
-        before it reports, evaluates or saves. One compiled call: a reduction per variable.
+        before it reports, evaluates or saves (`nonfinite_check`).
         """
-        if self._finite_flags is None:
+        if self._nonfinite is None:
             self.build()
-            found = [*self.variables_to_train, *self.optimizer.variables]
-            unique = list({id(v): v for v in found if tf.as_dtype(v.dtype).is_floating}.values())
-            flags = tf.function(lambda: tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in unique]),
-                                autograph=False)
-            self._finite_flags = ([getattr(v, "path", v.name) for v in unique], flags)
-        paths, flags = self._finite_flags
+            self._nonfinite = nonfinite_check([*self.variables_to_train, *self.optimizer.variables])
+        return self._nonfinite()
+
+
+def nonfinite_check(variables):
+    """A callable returning the paths of the float ones of `variables` that hold a NaN or an infinity (one compiled
+    call: a reduction per variable)."""
+    unique = list({id(v): v for v in variables if tf.as_dtype(v.dtype).is_floating}.values())
+    paths = [getattr(v, "path", v.name) for v in unique]
+    flags = tf.function(lambda: tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in unique]), autograph=False)
+
+    def nonfinite():
+        if not unique:
+            return []
         return [path for path, finite in zip(paths, flags().numpy()) if not finite]
+
+    return nonfinite

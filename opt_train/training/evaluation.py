@@ -7,7 +7,9 @@ import os
 
 import tensorflow as tf
 
+from opt_train.optimizers.train_op import nonfinite_check
 from opt_train.training.errors import RunRefused, TrainingFailed
+from opt_train.training.stops import nonfinite_named
 
 
 def uses_ema(optimizer):
@@ -58,6 +60,10 @@ def restore_run(config, path=None, raw_weights=False, report=None):
     if report is not None:
         for note in checkpoints.notes:
             report(note)
+    # A model with such weights evaluates (oneDNN's ReLU turns NaN into 0) to figures that mean nothing.
+    named = nonfinite_named(nonfinite_check([*run.model.weights, *(optimizer.variables if averaged else [])])())
+    if named:
+        raise TrainingFailed(f"{restored} holds {named} not finite: it cannot be evaluated, exported or predicted with")
     return run, restored, optimizer
 
 

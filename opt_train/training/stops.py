@@ -34,7 +34,7 @@ EARLY = "early_stopping"
 DIVERGED = "diverged"
 
 
-def _nonfinite_named(paths):
+def nonfinite_named(paths):
     """The first three of `paths`, and how many more: "" for none."""
     return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
@@ -108,7 +108,7 @@ class Stops:
 
     def _diverged(self, step):
         """The variables an update left non-finite: the same on every rank (their values are), so no collective."""
-        named = _nonfinite_named(self.run.train_op.nonfinite_variables())
+        named = nonfinite_named(self.run.train_op.nonfinite_variables())
         if not named:
             return None
         return Stop(POLICY, step, f"an update left {named} not finite, from finite gradients (the "
@@ -117,7 +117,7 @@ class Stops:
     def refuse_nonfinite_start(self, loaded):
         """`TrainingFailed` when the weights or optimizer state read from `loaded` (a checkpoint's path,
         `init_from`, `load_model`) are not finite: no update could mend them."""
-        named = _nonfinite_named(self.run.train_op.nonfinite_variables())
+        named = nonfinite_named(self.run.train_op.nonfinite_variables())
         if named:
             raise TrainingFailed(f"{loaded} holds {named} not finite: the run cannot start from it")
 

@@ -127,9 +127,9 @@ def test_an_update_that_leaves_a_weight_not_finite_stops_the_run_before_any_figu
     assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")) is None
 
 
-def test_a_run_will_not_resume_from_a_checkpoint_that_holds_a_weight_not_finite(cli, write_config, tmp_path):
+def test_a_checkpoint_that_holds_a_weight_not_finite_is_neither_resumed_nor_evaluated(cli, write_config, tmp_path):
     """A checkpoint that a diverged run wrote before runs stopped there, rewritten here with TensorFlow's own
-    SaveV2: every tensor as saved, the first kernel NaN."""
+    SaveV2: every tensor as saved, the first kernel NaN. (`export` and `predict` restore as `eval` does.)"""
     config = write_config({**RUN, "max_steps": 1, "save_checkpoint_steps": 1})
     assert cli("train", "--config", config).exit_code == 0
     prefix = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
@@ -144,6 +144,9 @@ def test_a_run_will_not_resume_from_a_checkpoint_that_holds_a_weight_not_finite(
     assert result.exit_code == 1, result.output
     assert f"Error: {prefix} holds dense_0/kernel not finite: the run cannot start from it" in result.output
     assert "Traceback" not in result.output
+    result = cli("eval", "--config", config)
+    assert result.exit_code == 1, result.output
+    assert f"Error: {prefix} holds dense_0/kernel not finite: it cannot be evaluated" in result.output
 
 
 def test_a_checkpoint_from_before_the_data_position_restores_with_the_old_counting(tmp_path):
