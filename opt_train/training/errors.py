@@ -1,8 +1,18 @@
-"""How a run ends early: the training layer's exceptions (TF-free, so the CLI can catch them cheaply)."""
+"""How a run ends early: the training layer's exceptions, and how their lines list names (TF-free, so the CLI can catch them cheaply)."""
 
 from opt_train.errors import PRUNED_EXIT_CODE, Interrupted, RunRefused, TrainingFailed
 
-__all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed"]
+__all__ = ["Interrupted", "Pruned", "RunRefused", "TrainingFailed", "listed"]
+
+# How many names one line shows before "and N more".
+SHOWN_NAMES = 5
+
+
+def listed(names):
+    """`names` for one line: the first `SHOWN_NAMES`, comma-separated, then "and N more"; "" for none."""
+    names = list(names)
+    shown = ", ".join(names[:SHOWN_NAMES])
+    return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
 
 
 class Pruned(Interrupted):

@@ -8,8 +8,7 @@ import os
 import tensorflow as tf
 
 from opt_train.optimizers.train_op import nonfinite_check
-from opt_train.training.errors import RunRefused, TrainingFailed
-from opt_train.training.stops import nonfinite_named
+from opt_train.training.errors import RunRefused, TrainingFailed, listed
 
 
 def uses_ema(optimizer):
@@ -61,7 +60,7 @@ def restore_run(config, path=None, raw_weights=False, report=None):
         for note in checkpoints.notes:
             report(note)
     # A model with such weights evaluates (oneDNN's ReLU turns NaN into 0) to figures that mean nothing.
-    named = nonfinite_named(nonfinite_check([*run.model.weights, *(optimizer.variables if averaged else [])])())
+    named = listed(nonfinite_check([*run.model.weights, *(optimizer.variables if averaged else [])])())
     if named:
         raise TrainingFailed(f"{restored} holds {named} not finite: it cannot be evaluated, exported or predicted with")
     return run, restored, optimizer

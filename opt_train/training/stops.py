@@ -22,7 +22,7 @@ from __future__ import annotations
 import signal
 from typing import NamedTuple
 
-from opt_train.training.errors import Interrupted, Pruned, TrainingFailed
+from opt_train.training.errors import Interrupted, Pruned, TrainingFailed, listed
 from opt_train.training.pruning import trial_link
 
 # A stop's kind is also the key of its metrics.jsonl record.
@@ -32,11 +32,6 @@ PRUNED = "pruned"
 EARLY = "early_stopping"
 # A look without a record of its own: what it finds is a POLICY stop.
 DIVERGED = "diverged"
-
-
-def nonfinite_named(paths):
-    """The first three of `paths`, and how many more: "" for none."""
-    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
 class Stop(NamedTuple):
@@ -108,7 +103,7 @@ class Stops:
 
     def _diverged(self, step):
         """The variables an update left non-finite: the same on every rank (their values are), so no collective."""
-        named = nonfinite_named(self.run.train_op.nonfinite_variables())
+        named = listed(self.run.train_op.nonfinite_variables())
         if not named:
             return None
         return Stop(POLICY, step, f"an update left {named} not finite, from finite gradients (the "
@@ -117,7 +112,7 @@ class Stops:
     def refuse_nonfinite_start(self, loaded):
         """`TrainingFailed` when the weights or optimizer state read from `loaded` (a checkpoint's path,
         `init_from`, `load_model`) are not finite: no update could mend them."""
-        named = nonfinite_named(self.run.train_op.nonfinite_variables())
+        named = listed(self.run.train_op.nonfinite_variables())
         if named:
             raise TrainingFailed(f"{loaded} holds {named} not finite: the run cannot start from it")
 

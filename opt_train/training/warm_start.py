@@ -29,12 +29,11 @@ import numpy as np
 import tensorflow as tf
 
 from opt_train.checkpoint_paths import init_source
+from opt_train.training.errors import listed
 
 # The checkpoint item holding the Keras path of each of `model_variables` (the same order).
 PATHS_ITEM = "variable_paths"
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
-# How many names one line shows before "and N more".
-_SHOWN = 5
 
 
 # A Keras SeedGenerator's state (Dropout's, a random layer's) is named by a process-wide counter
@@ -209,12 +208,6 @@ def _mapped(name, patterns):
     return None
 
 
-def _listed(names):
-    names = list(names)
-    shown = ", ".join(names[:_SHOWN])
-    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
-
-
 def _shape(shape):
     return str(tuple(shape))
 
@@ -244,8 +237,8 @@ def warm_start(model, spec, say, *, verbose=False, refresh=None, option="init_fr
     if not loads:
         raise WarmStartError(
             key, "out_of_range",
-            f"none of the {len(source)} variables in {path} ({_listed(sorted(source))}) is one of this model's "
-            f"({_listed(sorted(targets))})" + ("" if spec.get("variables") else "; map them with init_from.variables"))
+            f"none of the {len(source)} variables in {path} ({listed(sorted(source))}) is one of this model's "
+            f"({listed(sorted(targets))})" + ("" if spec.get("variables") else "; map them with init_from.variables"))
     loaded = set()
     for _, target, read in loads:
         value = read()
@@ -256,7 +249,7 @@ def warm_start(model, spec, say, *, verbose=False, refresh=None, option="init_fr
         refresh()
     say(f"initialized {len(loaded)} of {total} variables from {path}")
     if mismatched:
-        say(f"init_from: skipped {len(mismatched)} of another shape (skip_mismatch): " + _listed(
+        say(f"init_from: skipped {len(mismatched)} of another shape (skip_mismatch): " + listed(
             f"{name} {_shape(shape)} -> {target} {_shape(wanted)}" for name, shape, target, wanted in mismatched))
     if verbose:
         given = {target for _, target, _ in loads} | {target for _, _, target, _ in mismatched}
