@@ -56,8 +56,17 @@ def _one_value(value, size, bucket_count):
     return tf.stack([edges, edges, counts], axis=1)
 
 
+# One graph for every histogram a process writes, traced once; each summarized tensor, flattened, is a call of
+# it. Traced into each summary graph instead, its ~50 ops were built again for every tensor, and
+# grappler optimized every copy at the graph's first run: ResNet-50's 214 per-variable histograms took
+# 8.7 s of CPU to trace and first run, 2.7 s this way (each later write 0.49 s against 0.42; 2026-11-29).
+# Not inlined (`_noinline`): inlined at the first run, the calls were as costly as the copies.
+_flat_buckets = tf.function(buckets, input_signature=[tf.TensorSpec([None], tf.float64)], autograph=False,
+                            experimental_attributes={"_noinline": True})
+
+
 def write_histogram(name, data, step):
     """Writes `data`'s histogram to the default summary writer, as `tf.summary.histogram` would."""
-    return tf.summary.write(
-        name, buckets(data), step=step, metadata=metadata.create_summary_metadata(display_name=None, description=None)
-    )
+    flat = tf.reshape(tf.cast(data, tf.float64), [-1])
+    plugin = metadata.create_summary_metadata(display_name=None, description=None)
+    return tf.summary.write(name, _flat_buckets(flat), step=step, metadata=plugin)

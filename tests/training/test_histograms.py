@@ -65,3 +65,21 @@ def test_a_histogram_is_a_straight_graph_of_a_few_ops():
     operations = graph.get_operations()
     assert not {op.type for op in operations} & {"If", "StatelessIf", "While", "StatelessWhile"}
     assert len(operations) <= 60, sorted(op.type for op in operations)
+
+
+def test_histograms_of_tensors_of_every_shape_share_one_traced_graph(tmp_path):
+    """A model's per-variable summaries are one histogram per tensor, each of its own shape: each is a call of
+    one graph, traced once in the process, not ~50 ops traced again for every tensor."""
+    from opt_train.training import histograms
+
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    shapes = [(64, 128), (128,), (3, 3, 8, 16), (0, 5)]
+    summaries = tf.function(lambda step: [write_histogram(f"h{i}", tf.zeros(shape), step)
+                                          for i, shape in enumerate(shapes)])
+    with writer.as_default():
+        graph = summaries.get_concrete_function(tf.constant(1, tf.int64)).graph
+        summaries(tf.constant(1, tf.int64))
+        write_histogram("eager", tf.ones([2, 2]), tf.constant(2, tf.int64))
+    assert histograms._flat_buckets.experimental_get_tracing_count() == 1
+    assert [op.type for op in graph.get_operations()].count("PartitionedCall") == len(shapes)
+    assert len(graph.get_operations()) <= 16 * len(shapes)  # not the buckets' ~50 ops each
