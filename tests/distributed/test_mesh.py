@@ -168,12 +168,22 @@ def _logdir(argv):
     return str(Path(argv[argv.index("--config") + 1]).with_suffix(""))
 
 
-def train_here(config_path, *args):
-    """An opt-train command in this process (the one-process references)."""
+def train_argv(config_path, evaluate=False):
+    """The opt-train command line that trains `config_path`, without any evaluation unless `evaluate`.
+
+    The matrix's runs and their references compare losses and weights: a mesh's evaluation is the
+    fast case's and the mesh example's. Without it is `--mode train`, run.py's form, which takes no
+    other flag.
+    """
+    return ["train", "--config", config_path] if evaluate else ["--config", config_path, "--mode", "train"]
+
+
+def train_here(config_path, *args, evaluate=True):
+    """An opt-train command in this process (the one-process references); `evaluate=False`: without `args`."""
     from opt_train.cli.main import main
 
     try:
-        main(["train", "--config", config_path, *args])
+        main([*train_argv(config_path, evaluate), *args])
     except SystemExit as stop:
         assert not stop.code, f"{config_path} exited {stop.code}"
 
@@ -206,10 +216,11 @@ def assert_equal_runs(mesh_dir, reference_dir, weights_atol=1e-5, loss_atol=1e-4
 
 
 def matrix_jobs(tmp, pairs, export=False):
-    """mesh_runner's jobs that train `pairs` on their meshes, each in `tmp`/case-mesh."""
-    return [{"kind": "train", "argv": ["train", "--config", write(tmp, f"{case}-{mesh}",
-                                                                  {**mesh_config(case, mesh), "export": export})]}
-            for case, mesh in pairs]
+    """mesh_runner's jobs that train `pairs` on their meshes, each in `tmp`/case-mesh; evaluated and exported at
+    their end with `export`."""
+    configs = [write(tmp, f"{case}-{mesh}", {**mesh_config(case, mesh), "export": export}) for case, mesh in pairs]
+    return [{"kind": "train", "argv": train_argv(config, evaluate=export)} for config in configs]
+
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +231,7 @@ def reference(tmp_path_factory):
 
     def logdir(name, config=None):
         if name not in trained:
-            train_here(write(tmp, f"{name}-reference", config or reference_config(name)))
+            train_here(write(tmp, f"{name}-reference", config or reference_config(name)), evaluate=False)
             trained.add(name)
         return tmp / f"{name}-reference"
 
@@ -311,7 +322,7 @@ def slow_jobs(tmp, fast_tmp):
     # The transformer with its embedding, attention and feed-forward kernels on `model`.
     transformer = {**TRANSFORMER, "mesh": MESHES["2x2"][0], "layouts": TRANSFORMER_LAYOUTS,
                    "batch_size_per_gpu": 16}
-    jobs.append({"kind": "train", "argv": ["train", "--config", write(tmp, "transformer-2x2", transformer)]})
+    jobs.append({"kind": "train", "argv": train_argv(write(tmp, "transformer-2x2", transformer))})
     # The fast subset's 2x2 Adam run (its checkpoint of step 2), in two copies of its logdir, resumed to step 4 on
     # {batch: 2, model: 1} and without a mesh.
     for name, then, flags in (
@@ -324,8 +335,8 @@ def slow_jobs(tmp, fast_tmp):
         jobs.append({"kind": "train", "argv": ["train", "--config", second, "--set", f"logdir={tmp / name}",
                                                *flags]})
     # BatchNormalization: DTensor takes the moments over the whole (split) batch, as one process does.
-    jobs.append({"kind": "train", "argv": ["train", "--config", write(tmp, "batch_norm-2x2", {
-        **mesh_config("momentum", "2x2"), "model": BATCH_NORM_MODEL, "model_params": {}})]})
+    jobs.append({"kind": "train", "argv": train_argv(write(tmp, "batch_norm-2x2", {
+        **mesh_config("momentum", "2x2"), "model": BATCH_NORM_MODEL, "model_params": {}}))})
     return jobs
 
 
@@ -466,7 +477,7 @@ def test_train_prints_the_memory_plan_of_a_model_built_by_code(tmp_path, capsys)
 
     config = {**BASE, **MOMENTUM, "model": {"factory": "tests.distributed.batch_norm_model:build"},
               "model_params": {}, "batch_size_per_gpu": 32, "max_steps": 1}
-    train_here(write(tmp_path, "factory", config))
+    train_here(write(tmp_path, "factory", config), evaluate=False)
     # digits: 64 features, 10 classes. Dense 64->16, BatchNormalization(16) (gamma, beta trained;
     # moving mean and variance not), Dense 16->10; Momentum: one float32 slot per trained weight,
     # an int64 iteration count and a float32 learning rate.
