@@ -16,6 +16,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from opt_train.data import counts, registry, sources
+from opt_train.data.streams import epochs_from
 from opt_train.data.task import Task
 from opt_train.errors import ParamError
 
@@ -70,7 +71,7 @@ def train_dataset(x, y, *, batch_size, seed, rank=0, size=1):
     def gather(indices):
         return tf.gather(x, indices), tf.gather(y, indices)
 
-    batches = tf.data.Dataset.counter().flat_map(one_epoch).map(gather)
+    batches = epochs_from(0).flat_map(one_epoch).map(gather)
     return batches.prefetch(tf.data.AUTOTUNE)
 
 

@@ -9,6 +9,8 @@ they are traced as tf.data traces them by default.
 
 from __future__ import annotations
 
+import sys
+
 import tensorflow as tf
 
 
@@ -42,6 +44,15 @@ def shuffled_batches(elements, *, window, batch_size, seed, parse=None):
     return windows.rebatch(batch_size, drop_remainder=True)
 
 
+def epochs_from(epoch):
+    """The epoch numbers `epoch`, `epoch + 1`, ... (int64), without end.
+
+    `tf.data.Dataset.counter`'s elements, as one native op: `counter` is a `scan` whose
+    function tf.data traces at every run's start (12 ms of CPU, 2026-11-29).
+    """
+    return tf.data.Dataset.range(epoch, sys.maxsize)
+
+
 def stream_from(one_epoch, position, *, steps_per_epoch, parse=None):
     """The batches of the epochs `one_epoch(epoch)` yields, from batch number `position` on.
 
@@ -52,7 +63,7 @@ def stream_from(one_epoch, position, *, steps_per_epoch, parse=None):
     """
     epoch, offset = divmod(int(position), steps_per_epoch)
     first = one_epoch(tf.constant(epoch, tf.int64)).skip(offset)
-    rest = tf.data.Dataset.counter(start=epoch + 1).flat_map(one_epoch)
+    rest = epochs_from(epoch + 1).flat_map(one_epoch)
     batches = first.concatenate(rest)
     if parse is not None:
         batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -98,3 +98,12 @@ def test_bad_sizes(kwargs, message):
 def test_unknown_dataset_name():
     with pytest.raises(UnknownNameError, match="did you mean 'reversal'"):
         build_data("reversl", {}, batch_size=8, seed=0)
+
+
+def test_the_epoch_numbers_are_tf_data_counters():
+    from opt_train.data.streams import epochs_from
+
+    for start in (0, 3):
+        ours, counter = epochs_from(start), tf.data.Dataset.counter(start=start)
+        assert ours.element_spec == counter.element_spec
+        assert list(ours.take(5).as_numpy_iterator()) == list(counter.take(5).as_numpy_iterator())
