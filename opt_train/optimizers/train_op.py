@@ -56,7 +56,7 @@ class TrainOp(tf.Module):
         # A DTensor mesh: batches are laid out on it before the compiled step (`backend.place_batch`).
         self._mesh = backend.mesh
         self.last_loss_sum = None
-        self._nonfinite = None  # `nonfinite_variables`' compiled check, made at its first call
+        self._nonfinite = None  # `nonfinite_variables`' check (`nonfinite_check`), made at its first call
 
     @property
     def optimizer(self):

@@ -222,7 +222,6 @@ def matrix_jobs(tmp, pairs, export=False):
     return [{"kind": "train", "argv": train_argv(config, evaluate=export)} for config in configs]
 
 
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """name -> the logdir of its one-process reference, trained here on first use (`name` a case or a
