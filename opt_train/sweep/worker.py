@@ -17,6 +17,7 @@ import time
 
 from opt_train.config import ConfigError
 from opt_train.errors import INTERRUPTED_EXIT_CODES
+from opt_train.scratch import alive
 from opt_train.sweep import devices, outcomes
 from opt_train.sweep import study as studies
 from opt_train.sweep.heartbeat import DRIVER
@@ -33,16 +34,6 @@ INTERRUPTED_CODES = (*INTERRUPTED_EXIT_CODES, -signal.SIGINT, -signal.SIGTERM)
 LOCK_FILE = ".trial.lock"
 # Seconds between looks for trials left running by a worker that died on this machine.
 ORPHAN_POLL_SECONDS = 2.0
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _lock(folder):
@@ -178,7 +169,7 @@ class TrialWorker:
             host, _, pid = str(frozen.user_attrs.get(DRIVER, "")).rpartition(":")
             if not folder or folder in self.running or host != self.host or not pid.isdigit():
                 continue
-            if int(pid) == os.getpid() or _alive(int(pid)):
+            if int(pid) == os.getpid() or alive(int(pid)):
                 continue  # this worker's own, or another live worker's on this machine
             path = os.path.join(self.plan.out, folder)
             fd = _lock(path) if os.path.isdir(path) else -1

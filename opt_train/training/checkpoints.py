@@ -22,6 +22,7 @@ import shutil
 
 import tensorflow as tf
 
+from opt_train import scratch
 from opt_train.checkpoint_paths import (  # noqa: F401 - resolve_checkpoint, ACCEPTED: read from here too
     _DATA_FILE, ACCEPTED, _number, list_checkpoints, resolve_checkpoint,
 )
@@ -30,6 +31,8 @@ from opt_train.training.errors import RunRefused, TrainingFailed
 # What TF's checkpoint reader raises on a damaged file or a checkpoint of another model
 # (a short read surfaces as IndexError from its C++ reader).
 _RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, OSError, IndexError, KeyError, RuntimeError)
+# How the folders begin that non-chief workers write their discarded part of a collective save to.
+WORKER_SAVE_PREFIX = "opt-train-worker-save-"
 
 
 class CheckpointUnusable(Exception):
@@ -213,11 +216,12 @@ class Checkpoints:
     def _save_and_discard(self, step):
         """A non-chief worker's part in a collective save: written to a local temporary folder, then deleted.
 
-        Not in the logdir: the chief removes what it finds of interrupted saves there.
+        Not in the logdir: the chief removes what it finds of interrupted saves there. The
+        folders of workers killed during a save (a restart ends one stuck in the save's
+        collective) are removed here too, on the next save of a worker on this machine.
         """
-        import tempfile
-
-        folder = tempfile.mkdtemp(prefix="opt-train-worker-save-")
+        scratch.remove_orphans(WORKER_SAVE_PREFIX)
+        folder = scratch.make_folder(WORKER_SAVE_PREFIX)
         try:
             self.checkpoint.write(os.path.join(folder, "ckpt"))
         finally:

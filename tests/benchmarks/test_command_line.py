@@ -1,4 +1,4 @@
-"""The harness's child processes (floors, peak RSS) end as `opt-train` does: output flushed, no teardown."""
+"""The harness's children (floors, peak RSS) end as `opt-train` does: exit hooks run, output flushed, no teardown."""
 
 import os
 import subprocess
@@ -8,13 +8,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 # A child that measured something: TensorFlow is loaded (a stand-in here: the real one costs
-# seconds to import), and an atexit hook stands for the interpreter's teardown.
+# seconds to import), an object the interpreter's teardown would finalize, and an exit hook.
 CHILD = """
 import atexit, sys, types
 stand_in = types.ModuleType("tensorflow")
 stand_in.config = types.SimpleNamespace(list_physical_devices=list)
 sys.modules.setdefault("tensorflow", stand_in)
-atexit.register(print, "teardown")
+class Finalized:
+    def __del__(self):
+        print(" teardown", end="")
+held = Finalized()
+atexit.register(print, " exit hook", end="")
 from benchmarks import command_line
 command_line(lambda: print("measured", end=""))
 """
@@ -24,4 +28,4 @@ def test_a_child_ends_without_the_interpreter_teardown_its_output_flushed():
     done = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "measured"
+    assert done.stdout == "measured exit hook"

@@ -145,17 +145,20 @@ def test_the_replicas_example_trains_on_two_replicas_in_a_fresh_process(tmp_path
     from tests.support import REPO
 
     # 150 updates (of the example's 600), enough for the accuracy asked; its time is the fresh process's.
-    overrides = (f"logdir={tmp_path}", "max_steps=150", "eval_steps=null", "save_checkpoint_steps=50",
+    overrides = (f"logdir={tmp_path / 'run'}", "max_steps=150", "eval_steps=null", "save_checkpoint_steps=50",
                  "print_loss_steps=50")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     job = subprocess.run(
         [sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "replicas.yaml"),
          *[arg for override in overrides for arg in ("--set", override)]],
         cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(temporary)},
     )
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
+    assert list(temporary.iterdir()) == []  # its export's AutoGraph sources and their bytecode removed at its exit
     output = job.stdout + job.stderr
     assert "num_gpus: 2: no GPU found; 2 replicas run on 2 logical CPU devices" in output
     assert "global batch 64" in output
-    final = read_json(tmp_path / "final_metrics.json")
+    final = read_json(tmp_path / "run" / "final_metrics.json")
     assert final["global_step"] == 150 and final["eval/accuracy"] > 0.8

@@ -239,6 +239,31 @@ def test_the_debris_of_an_interrupted_save_is_removed_by_the_next_run(cli, logdi
         "checkpoint", *[f"ckpt-{n}.{kind}" for n in (2, 4, 6) for kind in ("data-00000-of-00001", "index")]]
 
 
+def test_a_workers_discarded_save_leaves_nothing_and_removes_what_a_killed_worker_left(tmp_path, monkeypatch):
+    """A non-chief worker's part of a collective save goes to a temporary folder of its own, removed at once; a
+    worker killed during one (a restart ends it) leaves its folder, which the next worker's save removes."""
+    import subprocess
+    import tempfile
+
+    from opt_train.training.checkpoints import WORKER_SAVE_PREFIX, Checkpoints
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    killed = subprocess.Popen(["true"])
+    killed.wait()
+    left = temporary / f"{WORKER_SAVE_PREFIX}{killed.pid}-a1" / "ckpt_temp"
+    left.mkdir(parents=True)
+    (left / "part-00000-of-00001.data-00000-of-00001.tempstate1").write_bytes(b"\0" * 64)
+    step = tf.Variable(3, dtype=tf.int64)
+    worker = Checkpoints(str(tmp_path / "run"), {"global_step": step, "w": tf.Variable([1.0, 2.0])}, step=step,
+                         max_to_keep=2, writer=False, collective=True)
+    assert worker.save(3) is None
+    assert worker.last_saved_step == 3
+    assert list(temporary.iterdir()) == []
+    assert not (tmp_path / "run").exists()  # nothing in the logdir either
+
+
 def test_resume_takes_the_newest_checkpoint_that_restores_not_the_one_the_state_file_names(cli, logdir_copy):
     """A kill between a save's index and its state file: the state file still names the previous checkpoint."""
     config, logdir = logdir_copy
