@@ -83,6 +83,14 @@ def cli():
     return run
 
 
+def pytest_unconfigure(config):
+    """The bytecode of what the tests' own runs converted with AutoGraph: TensorFlow removes the sources at exit, not
+    it (a command removes both as it ends, `opt_train.cli.main`)."""
+    from opt_train import scratch
+
+    scratch.remove_autograph_bytecode()
+
+
 # A test over this many seconds belongs behind `@pytest.mark.slow`, so that `-m "not slow"`
 # stays a quick check. Reported at the end of a run, never failed on: durations depend on
 # the machine and its load.

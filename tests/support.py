@@ -153,14 +153,12 @@ def run_python(code, *args, cwd=None):
     )
 
 
-# The end of a fresh process's script that ran TensorFlow, its output flushed: without the
-# interpreter's teardown of TensorFlow and Keras (1-4 s of CPU a process on a loaded 2-core
-# host), as `opt-train` itself ends (opt_train/cli/main.py `_exit_without_teardown`).
+# The end of a fresh process's script that ran TensorFlow, its exit hooks run and its output
+# flushed: without the interpreter's teardown of TensorFlow and Keras (1-4 s of CPU a process on
+# a loaded 2-core host), as `opt-train` itself ends (opt_train/cli/main.py `_exit_without_teardown`).
 END_WITHOUT_TEARDOWN = (
-    "import os as _os, sys as _sys\n"
-    "_sys.stdout.flush()\n"
-    "_sys.stderr.flush()\n"
-    "_os._exit(0)\n"
+    "from opt_train.cli.main import _exit_without_teardown as _end\n"
+    "_end(0)\n"
 )
 
 # The check a fresh process ends with when a command must not load TensorFlow.

@@ -5,7 +5,6 @@ Its help ends with the exit codes, printed from their one home, `opt_train.error
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import sys
@@ -14,9 +13,6 @@ import click
 
 from opt_train import __version__, quiet
 from opt_train.errors import FAILED_EXIT_CODE, exit_codes_help
-
-# How TensorFlow names the modules of AutoGraph's converted sources (tensorflow/python/autograph/pyct/loader.py).
-AUTOGRAPH_MODULES = "__autograph_generated_file"
 
 # name -> "module:attribute"; every module here imports neither TensorFlow nor
 # Keras at module level, so `opt-train --help` stays instant.
@@ -143,42 +139,24 @@ def _exit_without_teardown(code):
     this one leave (its teardown took a rank ~15 s on a loaded host), a user's factory may
     have its own.
     """
-    import atexit
-
     # A TensorFlow import cut short by Ctrl-C leaves its submodules (and threads) behind.
     if not any(name.partition(".")[0] == "tensorflow" for name in sys.modules):
         return
+    import atexit
+
+    from opt_train import scratch
+
     if isinstance(code, str):
         sys.stderr.write(code + "\n")
         code = FAILED_EXIT_CODE  # as Python ends on `sys.exit("message")`
     atexit._run_exitfuncs()  # logging's own hook among them: its handlers flushed and closed
-    _remove_autograph_bytecode()
+    scratch.remove_autograph_bytecode()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
     os._exit(code or 0)
-
-
-def _remove_autograph_bytecode():
-    """Removes the bytecode Python cached of AutoGraph's converted sources, beside them in the temporary folder.
-
-    TensorFlow's exit hook removes each source it wrote, not the `__pycache__/*.pyc` that
-    importing it left (unless PYTHONDONTWRITEBYTECODE is set): two files a run that exports.
-    """
-    import importlib.util
-
-    folders = set()
-    for name, module in list(sys.modules.items()):
-        if name.startswith(AUTOGRAPH_MODULES) and getattr(module, "__file__", None):
-            cached = importlib.util.cache_from_source(module.__file__)
-            folders.add(os.path.dirname(cached))
-            with contextlib.suppress(OSError):
-                os.unlink(cached)
-    for folder in folders:
-        with contextlib.suppress(OSError):  # not empty: another program's bytecode is there too
-            os.rmdir(folder)
 
 
 if __name__ == "__main__":
