@@ -20,7 +20,6 @@ import click
 
 from opt_train.suggest import closest
 
-RUN_PY_FLAGS = ("--config_file",)
 MODES = ("train", "eval", "train_eval", "infer", "interactive_infer")
 # Flags run.py takes without a value (`--use_horovod` alone: the override `--use_horovod=True`).
 SWITCHES = ("--continue_learning", "--no_dir_check", "--benchmark", "--enable_logs", "--use_xla_jit", "--use_horovod")

@@ -83,7 +83,6 @@ EARLY_STOPPING_SPEC = {
     "patience": p.Param(0, p.integer(0), "evaluations without improvement before the run stops"),
     "min_delta": p.Param(0.0, p.number(0, strings=True), "the least change that counts as improvement"),
 }
-EARLY_STOPPING = p.defaults(EARLY_STOPPING_SPEC)
 
 
 def early_stopping(name, value):

@@ -78,8 +78,7 @@ class RuleError(ParamError):
     """A config rule failed: a `ParamError` built in the config layer's argument order.
 
     `subkey` (the error's `param`) names the part of a block that failed
-    (`larc_eta` inside `larc_params`), relative to the key the rule was applied
-    to; `absolute` (the error's `key`) is a full dotted key that overrides it.
+    (`larc_eta` inside `larc_params`), relative to the key the rule was applied to.
     """
 
     def __init__(self, message, value=None, code="out_of_range", subkey=None):
@@ -88,10 +87,6 @@ class RuleError(ParamError):
     @property
     def subkey(self):
         return self.param
-
-    @property
-    def absolute(self):
-        return self.key
 
 
 class RuleErrors(ValueError):

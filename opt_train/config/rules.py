@@ -27,7 +27,6 @@ REGULARIZERS = ("l1", "l2", "l1_l2", "tf1_l2")
 # `scale` with l1_l2 is the default for both of `l1` and `l2` (OpenSeq2Seq's one knob).
 REGULARIZER_PARAMS = {"l1": ("scale",), "l2": ("scale",), "l1_l2": ("scale", "l1", "l2"), "tf1_l2": ("scale",)}
 
-int_at_least_1 = p.integer(1)
 positive_float = p.YAML_POSITIVE
 nonnegative_float = p.YAML_NON_NEGATIVE
 RATE = p.number(strings=True)

@@ -279,7 +279,6 @@ DATASETS = Table("dataset", [
 # Views of the table.
 DATASET_NAMES = tuple(DATASETS.rows)
 DATASET_SPECS = DATASETS.column("params")
-DATASET_SUMMARIES = DATASETS.column("summary")
 PATH_PARAMS = {name: row.files for name, row in DATASETS.rows.items() if row.files}
 
 

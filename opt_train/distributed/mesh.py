@@ -243,18 +243,6 @@ class MeshBackend(Backend):
                 _gather_on_read(variable, self.layout([None if axis == self.batch_axis else axis for axis in spec]))
         return model
 
-    def shard_shapes(self, variables):
-        """{variable path: the shape of one device's shard} of DVariables, from their layouts."""
-        from opt_train.optimizers.mesh_state import layout_of_variable
-
-        shapes = {}
-        for variable in variables:
-            layout = layout_of_variable(variable)
-            shapes[getattr(variable, "path", variable.name)] = tuple(
-                int(size) for size in layout.local_shape_from_global_shape(tuple(variable.shape))
-            )
-        return shapes
-
     # -- data --------------------------------------------------------------------
     def distribute(self, dataset, batch_size_per_replica):
         del batch_size_per_replica

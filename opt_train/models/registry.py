@@ -105,7 +105,6 @@ MODELS = Table("model", [
 # Views of the table.
 MODEL_NAMES = tuple(MODELS.rows)
 MODEL_SPECS = MODELS.column("params")
-MODEL_SUMMARIES = MODELS.column("summary")
 MODEL_TASKS = MODELS.column("tasks")
 
 

@@ -8,7 +8,6 @@ import shutil
 
 KERAS_FILE = "model.keras"
 SAVED_MODEL_DIR = "saved_model"
-SIGNATURE = "serving_default"
 
 
 class CheckpointNotFound(ValueError):
