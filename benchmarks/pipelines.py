@@ -179,6 +179,3 @@ class KerasFitPipeline:
 
     def close(self):
         pass
-
-
-PIPELINES = {cls.name: cls for cls in (OptTrainPipeline, TapeLoopPipeline, KerasFitPipeline)}
