@@ -100,17 +100,18 @@ def test_exit_codes_passed_on(code, expected):
 
 
 # What a rank's command line does once its command ended, in a fresh process without TensorFlow:
-# stand-ins for TensorFlow (loaded) and Horovod (initialized, its shutdown written down), an
-# atexit hook that writes down the interpreter's normal exit, then `opt-train --help` as a rank.
+# stand-ins for TensorFlow (loaded) and Horovod (initialized: its init registers its shutdown as an
+# exit hook, as `horovod.common.basics.HorovodBasics.init` does), an object that writes down the
+# interpreter's teardown if it finalizes it, then `opt-train --help` as a rank.
 RANK_EXIT = """
 import atexit, os, sys, types
 os.environ["HOROVOD_RANK"] = "1"
 sys.modules["tensorflow"] = types.ModuleType("tensorflow")
-horovod = types.ModuleType("horovod.tensorflow")
-horovod.is_initialized = lambda: True
-horovod.shutdown = lambda: print("horovod shut down", flush=True)
-sys.modules["horovod.tensorflow"] = horovod
-atexit.register(lambda: print("interpreter teardown", flush=True))
+atexit.register(lambda: print("horovod shut down", flush=True))
+class Finalized:
+    def __del__(self):
+        print("interpreter teardown", flush=True)
+held = Finalized()
 sys.argv = ["opt-train", "--help"]
 from opt_train.cli.main import main
 main()
