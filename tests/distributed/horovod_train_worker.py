@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from opt_train import quiet
+from opt_train.cli.main import _exit_without_teardown
 
 STEPS = 8  # two loss reports (every 4) and the overflow at the 5th; all inside the first epoch of the data
 BATCH = 16  # examples per rank and micro-batch in the Horovod runs
@@ -206,8 +207,5 @@ if __name__ == "__main__":
         chosen, arguments = arguments[1], arguments[2:]
     main(arguments[0], arguments[1:], chosen)
     # Everything is written and Horovod shut down (main): end without the interpreter's teardown
-    # of TensorFlow, 1-4 s a process on a loaded 2-core host, as `opt-train` itself ends
-    # (opt_train/cli/main.py `_exit_without_teardown`).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # of TensorFlow, 1-4 s a process on a loaded 2-core host, as `opt-train` itself ends.
+    _exit_without_teardown(0)

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from opt_train import quiet
+from opt_train.cli.main import _exit_without_teardown
 
 quiet.import_tensorflow()
 
@@ -110,7 +111,4 @@ def main():
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    import os
-
-    os._exit(0)
+    _exit_without_teardown(0)  # as `opt-train` itself ends: exit hooks run, output flushed, no teardown
