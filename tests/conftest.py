@@ -84,8 +84,8 @@ def cli():
 
 
 def pytest_unconfigure(config):
-    """The bytecode of what the tests' own runs converted with AutoGraph: TensorFlow removes the sources at exit, not
-    it (a command removes both as it ends, `opt_train.cli.main`)."""
+    """Removes the bytecode of the AutoGraph sources this process's runs wrote: TensorFlow removes the sources at
+    exit, not their bytecode (a command removes both as it ends, `opt_train.cli.main`)."""
     from opt_train import scratch
 
     scratch.remove_autograph_bytecode()

@@ -1,5 +1,5 @@
-"""`opt-train` as a command line (`cli.main.main()` without argv) ends at once once TensorFlow ran: its exit hooks
-run and its output is flushed; the interpreter's teardown (finalizing objects, TensorFlow's thread pools) is skipped."""
+"""`opt-train` as a command line (`cli.main.main()` without argv), once TensorFlow ran, ends with its exit hooks run
+and its output flushed, and without the interpreter's teardown (finalizing objects, TensorFlow's thread pools)."""
 
 import os
 import subprocess
