@@ -214,3 +214,10 @@ def rank_pid(rank, marker):
         if marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
             return int(entry.name)
     return None
+
+
+def ended_pid():
+    """The id of a process that has ended and been reaped (one whose temporary folders are orphans)."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    return ended.pid

@@ -1,12 +1,12 @@
 """A process's own temporary folders: named by its id, and removed by a later process once that process is gone."""
 
 import os
-import subprocess
 import tempfile
 
 import pytest
 
 from opt_train import scratch
+from tests.support import ended_pid
 
 
 @pytest.fixture
@@ -15,20 +15,13 @@ def temporary(tmp_path, monkeypatch):
     return tmp_path
 
 
-def gone_pid():
-    """The id of a process that has ended (and been reaped)."""
-    ended = subprocess.Popen(["true"])
-    ended.wait()
-    return ended.pid
-
-
 def test_a_process_that_ended_is_not_alive_and_this_one_and_init_are():
-    assert not scratch.alive(gone_pid())
+    assert not scratch.alive(ended_pid())
     assert scratch.alive(os.getpid()) and scratch.alive(1)
 
 
 def test_only_the_folders_of_processes_that_are_gone_are_removed_whole(temporary):
-    gone = gone_pid()
+    gone = ended_pid()
     left = temporary / f"kind-{gone}-a1"
     (left / "ckpt_temp").mkdir(parents=True)
     (left / "ckpt_temp" / "part").write_text("data")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import SMALL_RUN, copy_run, fill_disk, one_error_line, read_json, train_in_process
+from tests.support import SMALL_RUN, copy_run, ended_pid, fill_disk, one_error_line, read_json, train_in_process
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 # No test here looks at logdir/export: its runs skip the end-of-run export (conftest.py: no_export).
@@ -242,7 +242,6 @@ def test_the_debris_of_an_interrupted_save_is_removed_by_the_next_run(cli, logdi
 def test_a_workers_discarded_save_leaves_nothing_and_removes_what_a_killed_worker_left(tmp_path, monkeypatch):
     """A non-chief worker's part of a collective save goes to a temporary folder of its own, removed at once; a
     worker killed during one (a restart ends it) leaves its folder, which the next worker's save removes."""
-    import subprocess
     import tempfile
 
     from opt_train.training.checkpoints import WORKER_SAVE_PREFIX, Checkpoints
@@ -250,9 +249,7 @@ def test_a_workers_discarded_save_leaves_nothing_and_removes_what_a_killed_worke
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
-    killed = subprocess.Popen(["true"])
-    killed.wait()
-    left = temporary / f"{WORKER_SAVE_PREFIX}{killed.pid}-a1" / "ckpt_temp"
+    left = temporary / f"{WORKER_SAVE_PREFIX}{ended_pid()}-a1" / "ckpt_temp"
     left.mkdir(parents=True)
     (left / "part-00000-of-00001.data-00000-of-00001.tempstate1").write_bytes(b"\0" * 64)
     step = tf.Variable(3, dtype=tf.int64)
