@@ -1,10 +1,15 @@
-"""Suite-wide fixtures: quiet TensorFlow, and helpers for writing configs and running the CLI."""
+"""Suite-wide fixtures: quiet TensorFlow, a temporary folder of the suite's own, and helpers for writing configs and running the CLI."""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# The folder every process of one suite run uses as its temporary folder (`TMPDIR`), `<prefix><pid>-<random>`.
+SUITE_TEMPORARY_PREFIX = "opt-train-tests-"
 
 
 def pytest_configure(config):
@@ -14,11 +19,35 @@ def pytest_configure(config):
     plain `import tensorflow` in each xdist worker), and the tests run in-process against the
     same Keras a command has. xdist's controller runs no test and does not import it.
     """
+    if not hasattr(config, "workerinput"):
+        _use_a_temporary_folder_of_the_suite(config)
     controller = config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
     if hasattr(config, "workerinput") or not controller:
         from opt_train import quiet
 
         quiet.import_tensorflow()
+
+
+def _use_a_temporary_folder_of_the_suite(config):
+    """The suite's processes, xdist's workers and every child, put their temporary files in one folder, removed at the end.
+
+    What a process removes as it ends, a process the tests kill leaves: AutoGraph's sources and
+    their bytecode (TensorFlow removes the sources at exit, not the bytecode), a server's folder.
+    A whole suite left about 35 sources and 70 `.pyc` in `/tmp`. The folder is made before xdist
+    starts its workers, which inherit `TMPDIR`; one that an interrupted run left is removed by the
+    next (`scratch.remove_orphans`). pytest's `tmp_path` folders stay where they were
+    (`PYTEST_DEBUG_TEMPROOT`), kept for the last three runs as pytest keeps them.
+    """
+    from opt_train import scratch
+
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    scratch.remove_orphans(SUITE_TEMPORARY_PREFIX)
+    folder = scratch.make_folder(SUITE_TEMPORARY_PREFIX)
+    # As /tmp: the suite's servers run as users of their own (PostgreSQL as `postgres`) and reach their folders in it.
+    os.chmod(folder, 0o1777)
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = None
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 @pytest.fixture(autouse=True)
@@ -81,14 +110,6 @@ def cli():
         return CliRunner().invoke(group, [str(a) for a in args], catch_exceptions=False)
 
     return run
-
-
-def pytest_unconfigure(config):
-    """Removes the bytecode of the AutoGraph sources this process's runs wrote: TensorFlow removes the sources at
-    exit, not their bytecode (a command removes both as it ends, `opt_train.cli.main`)."""
-    from opt_train import scratch
-
-    scratch.remove_autograph_bytecode()
 
 
 # A test over this many seconds belongs behind `@pytest.mark.slow`, so that `-m "not slow"`

@@ -110,6 +110,15 @@ LAUNCH_VARIABLES = ("TF_CONFIG", "HOROVOD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORL
 QUIET_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", quiet.VERBOSE_VARIABLE)
 
 
+def bare_environ(**extra):
+    """A user's bare environment for a fresh process: the system's PATH, this checkout importable, TensorFlow
+    quiet, and the suite's temporary folder (tests/conftest.py), with `extra` over them."""
+    import tempfile
+
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
+            "TMPDIR": tempfile.gettempdir(), **extra}
+
+
 def unlaunched_environ(**extra):
     """This process's environment without `LAUNCH_VARIABLES`, plus `extra`."""
     return {**{key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}, **extra}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.support import REPO
+from tests.support import bare_environ
 
 # A child that spends 0.6 s of CPU and says how much it spent, by its own clock.
 CHILD = """
@@ -36,7 +36,7 @@ def test_the_report_counts_a_tests_child_process_under_xdist(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", "/dev/null", "--rootdir", str(tmp_path), "-p", "no:cacheprovider",
          "-p", "tests.cpu_report", "-n", "2", str(tmp_path)],
-        cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        cwd=tmp_path, env=bare_environ(), capture_output=True, text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

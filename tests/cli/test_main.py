@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from tests.support import REPO
+from tests.support import bare_environ
 
 # A command's process: TensorFlow imported as a command imports it, one function AutoGraph converts
 # (it writes the converted source to the temporary folder and registers an exit hook that removes it;
@@ -42,7 +42,7 @@ def test_a_command_runs_its_exit_hooks_and_leaves_nothing_in_the_temporary_folde
     # bytecode in /tmp. The bytecode is written as by default (no PYTHONDONTWRITEBYTECODE).
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(temporary)}
+    env = bare_environ(TMPDIR=str(temporary))
     script = tmp_path / "command.py"
     script.write_text(COMMAND)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.support import END_WITHOUT_TEARDOWN, REPO, write_run
+from tests.support import END_WITHOUT_TEARDOWN, REPO, bare_environ, write_run
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def train_replicas(tmp_path, runs):
     paths = [str(write_config(tmp_path, name, synchronized, replicas=2)) for name, synchronized in runs.items()]
     job = subprocess.run([sys.executable, "-c", RUNS_IN_ONE_PROCESS, *paths], cwd=REPO,
                          capture_output=True, text=True, timeout=600,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"})
+                         env=bare_environ())
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
     outs, errs = job.stdout.split(END), job.stderr.split(END)
     assert len(outs) == len(errs) == len(runs) + 1, job.stdout[-2000:] + job.stderr[-3000:]

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import REPO, write_run
+from tests.support import REPO, bare_environ, write_run
 
 GLOBAL_BATCH = 64
 BASE = {
@@ -149,7 +149,7 @@ def run_mesh_jobs(tmp, jobs):
     """Runs `jobs` (mesh_runner's) in one fresh process; returns their results."""
     jobs_path, results_path = tmp / "jobs.json", tmp / "results.json"
     jobs_path.write_text(json.dumps(jobs))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", "HOME": str(tmp)}
+    env = bare_environ(HOME=str(tmp))
     job = subprocess.run([sys.executable, "-m", "tests.distributed.mesh_runner", str(jobs_path), str(results_path)],
                          cwd=REPO, capture_output=True, text=True, timeout=1500, env=env)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]

@@ -142,7 +142,7 @@ def test_the_replicas_example_trains_on_two_replicas_in_a_fresh_process(tmp_path
     import subprocess
     import sys
 
-    from tests.support import REPO
+    from tests.support import REPO, bare_environ
 
     # 150 updates (of the example's 600), enough for the accuracy asked; its time is the fresh process's.
     overrides = (f"logdir={tmp_path / 'run'}", "max_steps=150", "eval_steps=null", "save_checkpoint_steps=50",
@@ -153,7 +153,7 @@ def test_the_replicas_example_trains_on_two_replicas_in_a_fresh_process(tmp_path
         [sys.executable, "-m", "opt_train", "train", "--config", str(CONFIGS / "replicas.yaml"),
          *[arg for override in overrides for arg in ("--set", override)]],
         cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(temporary)},
+        env=bare_environ(TMPDIR=str(temporary)),
     )
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
     assert list(temporary.iterdir()) == []  # its export's AutoGraph sources and their bytecode removed at its exit

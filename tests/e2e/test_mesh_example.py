@@ -7,9 +7,9 @@ import sys
 import pytest
 import yaml
 
-from tests.support import CONFIGS, REPO, read_json
+from tests.support import CONFIGS, REPO, bare_environ, read_json
 
-ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+ENV = bare_environ()
 
 
 def test_the_mesh_example_validates_with_half_the_kernels_per_device(cli):

@@ -8,7 +8,7 @@ import sysconfig
 import numpy as np
 import pytest
 
-from tests.support import write_run
+from tests.support import bare_environ, write_run
 
 # Its tests share a trained fixture: one xdist worker runs them all (scripts/test.sh: --dist loadgroup).
 
@@ -84,7 +84,7 @@ def test_saved_model_without_opt_train_gives_the_evaluations_predictions(trained
     )
     done = subprocess.run(
         [sys.executable, "-I", "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env=bare_environ(),
     )
     assert done.returncode == 0, done.stderr[-2000:]
     served = np.load(tmp_path / "served.npz")
