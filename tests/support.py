@@ -7,6 +7,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 
 import yaml
 
@@ -117,6 +118,26 @@ def bare_environ(**extra):
 
     return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
             "TMPDIR": tempfile.gettempdir(), **extra}
+
+
+def rest_of_output(process, timeout):
+    """What `process` writes to its stdout pipe from here on, once it has ended; killed after `timeout` seconds.
+
+    Not `process.communicate(timeout=...)`: with a timeout it reads the pipe's file descriptor itself,
+    and loses what an earlier `readline()` or `for line in process.stdout` had already taken into the
+    file object's buffer (a sweep worker's lines that came with the one a test waited for).
+    """
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(process.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join()
+    return rest[0]
 
 
 def unlaunched_environ(**extra):

@@ -19,7 +19,7 @@ import pytest
 
 from opt_train.config import load_config
 from opt_train.sweep import SweepOptions, plan_sweep, run_sweep
-from tests.support import CONFIGS, REPO, read_json, read_jsonl, run_python
+from tests.support import CONFIGS, REPO, read_json, read_jsonl, rest_of_output, run_python
 from tests.sweep.fake_plan import running
 
 # Reads the trial's --set overrides; writes a failure record on its first attempt at lr 7777; "diverges"
@@ -249,7 +249,7 @@ def test_two_workers_of_one_study_run_each_trial_once(tmp_path, database, reques
     worker = start_worker(tmp_path, rates, parallel=2, study=study)
     opened = "".join(opened_study(worker))
     here = sweep_here(tmp_path, rates, parallel=2, study=study)
-    outputs = [opened + worker.communicate(timeout=600)[0], here]
+    outputs = [opened + rest_of_output(worker, timeout=600), here]
     assert worker.returncode == 0, outputs
     trials = study_trials(tmp_path / "out", storage, "shared" if storage else "out")
     assert len(trials) == 6 and all(trial.state.name == "COMPLETE" for trial in trials)

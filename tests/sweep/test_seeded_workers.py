@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.support import CONFIGS, REPO, read_jsonl
+from tests.support import CONFIGS, REPO, read_jsonl, rest_of_output
 from tests.sweep.fake_plan import running
 from tests.sweep.test_driver import FAKE_TRAINER, opened_study
 
@@ -120,7 +120,7 @@ def test_two_seeded_workers_never_propose_the_same_point(tmp_path, database, req
         run_sweep(_plan(tmp_path, f"out-{sampler}", sampler, 6, study, script=tmp_path / "fake_train.py"), 1,
                   report=lines.append)
         ours[sampler] = "\n".join(lines)
-    theirs[SAMPLERS[-1]] = worker.communicate(timeout=600)[0]
+    theirs[SAMPLERS[-1]] = rest_of_output(worker, timeout=600)
     assert worker.returncode == 0, (theirs, ours)
     for sampler in SAMPLERS:
         assert " started: " in theirs[sampler] and " started: " in ours[sampler], (theirs, ours)  # both took a share
@@ -172,7 +172,7 @@ def test_two_workers_on_one_sqlite_file_never_claim_the_same_trial(tmp_path):
     mine = []
     while (trial_id := studies.claim_waiting(here, "g")) is not None:
         mine.append(str(trial_id))
-    claimed = [claimer.communicate(timeout=300)[0].split(), mine]
+    claimed = [rest_of_output(claimer, timeout=300).split(), mine]
     assert claimer.returncode == 0
     assert all(claimed), claimed  # both took a share
     assert sorted(claimed[0] + claimed[1]) == sorted(set(claimed[0] + claimed[1])), claimed
