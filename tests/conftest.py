@@ -1,4 +1,4 @@
-"""Suite-wide fixtures: quiet TensorFlow, a temporary folder of the suite's own, and helpers for writing configs and running the CLI."""
+"""Suite-wide set-up: quiet TensorFlow, the suite's own temporary folder, helpers for configs and the CLI."""
 
 import os
 import shutil
@@ -17,7 +17,8 @@ def pytest_configure(config):
 
     `quiet.import_tensorflow` leaves Keras's optional bridges out (~4 s of CPU less than a
     plain `import tensorflow` in each xdist worker), and the tests run in-process against the
-    same Keras a command has. xdist's controller runs no test and does not import it.
+    same Keras a command has. xdist's controller runs no test and does not import it; it (or
+    the one process of `-n 0`) makes the suite's temporary folder first.
     """
     if not hasattr(config, "workerinput"):
         _use_a_temporary_folder_of_the_suite(config)
@@ -29,7 +30,8 @@ def pytest_configure(config):
 
 
 def _use_a_temporary_folder_of_the_suite(config):
-    """The suite's processes, xdist's workers and every child, put their temporary files in one folder, removed at the end.
+    """Every process of the suite (xdist's workers, their children) keeps its temporary files in one folder,
+    removed at the end.
 
     What a process removes as it ends, a process the tests kill leaves: AutoGraph's sources and
     their bytecode (TensorFlow removes the sources at exit, not the bytecode), a server's folder.
