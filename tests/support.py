@@ -7,6 +7,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 import yaml
@@ -114,8 +115,6 @@ QUIET_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", quiet.VERBOSE_VARIABLE)
 def bare_environ(**extra):
     """A user's bare environment for a fresh process: the system's PATH, this checkout importable, TensorFlow
     quiet, and the suite's temporary folder (tests/conftest.py), with `extra` over them."""
-    import tempfile
-
     return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
             "TMPDIR": tempfile.gettempdir(), **extra}
 
